@@ -1,0 +1,1 @@
+//! Sharded timestamp oracle (see issue: compute/oracle/dispatcher).
