@@ -1,1 +1,20 @@
-//! placeholder
+//! Thread-per-core serving: one pinned glommio executor per shard, each owning its listening
+//! socket, its connections and its engine.
+//!
+//! - [`config`]: the validated [`config::ServerConfig`] and the startup checks.
+//! - [`runtime`]: binds SO_REUSEPORT listeners, starts the shards, wires the cancel mesh.
+//! - `shard`: per-shard state (engine, cancel tokens, process ids).
+//! - `conn`: one connection's state machine (startup → auth → ready ⇄ in-query), flushing once
+//!   per batch of replies.
+//! - [`engine`]: the [`engine::Engine`] trait the SQL side implements.
+//!
+//! What crosses cores: only CancelRequests (over flume channels, to the shard whose id is in
+//! the process id) and the connection count (one atomic add per connect).
+
+pub mod config;
+mod conn;
+pub mod engine;
+pub mod runtime;
+mod shard;
+
+pub use shard::shard_of_process_id;

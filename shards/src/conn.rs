@@ -1,0 +1,581 @@
+//! One client connection: startup, authentication, then the query loop.
+//!
+//! The state machine never calls the socket directly: it reads through [`ReadBuf::fill`] and
+//! writes by appending to `out`, which the loop flushes once per batch — when every complete
+//! message in the read buffer has been handled (so a pipeline of Bind/Execute/Sync costs one
+//! write), or earlier if `out` grows past [`FLUSH_BYTES`]. The transport is any
+//! `AsyncRead + AsyncWrite`, so the io_uring path can replace glommio's stream underneath.
+//!
+//! States: `startup` (startup packet, SSL/GSS negotiation answered `N`, cancel requests) →
+//! `authenticate` → ready ⇄ in-query, with the transaction status `I`/`T`/`E` in
+//! `Conn::tx` and `skip_until_sync` after an error in the extended protocol.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::io;
+use std::rc::Rc;
+
+use bumpalo::Bump;
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use protocol::backend::{self, TransactionStatus};
+use protocol::frontend::{self, FrontendMessage, StartupRequest, Target};
+use protocol::wire::{frame_bytes_needed, split_frame};
+use protocol::{PgError, Severity, SqlState};
+
+use crate::config::AuthMethod;
+use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
+use crate::shard::Shard;
+
+/// Flush the write buffer mid-batch once it holds this much (a large result streams out
+/// instead of piling up).
+pub const FLUSH_BYTES: usize = 256 << 10;
+/// Initial read buffer: enough for any ordinary query batch.
+const READ_BUF_BYTES: usize = 16 << 10;
+/// Buffers that grew past this for one big message are given back afterwards, so an idle
+/// connection costs little memory.
+const SHRINK_ABOVE_BYTES: usize = 1 << 20;
+
+/// A connection's read buffer: bytes `[start, end)` are received but not yet consumed.
+pub(crate) struct ReadBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl ReadBuf {
+    pub(crate) fn new() -> ReadBuf {
+        ReadBuf { buf: vec![0; READ_BUF_BYTES], start: 0, end: 0 }
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    fn consume(&mut self, n: usize) {
+        debug_assert!(self.start + n <= self.end, "consumed more than was buffered");
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Read at least one more byte. `want` is how many more bytes the partial message at the
+    /// front needs (if known), so a large message is read into a buffer grown once.
+    /// Returns Ok(false) on a clean end of stream.
+    async fn fill<S: AsyncRead + Unpin>(&mut self, stream: &mut S, want: usize) -> io::Result<bool> {
+        if self.start > 0 && (self.end == self.buf.len() || self.end - self.start + want > self.buf.len() - self.start) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let needed = self.end + want.max(1);
+        if needed > self.buf.len() {
+            self.buf.resize(needed.max(self.buf.len() * 2), 0);
+        }
+        let n = stream.read(&mut self.buf[self.end..]).await?;
+        self.end += n;
+        Ok(n > 0)
+    }
+
+    fn shrink_if_idle(&mut self) {
+        if self.start == self.end && self.buf.len() > SHRINK_ABOVE_BYTES {
+            self.buf = vec![0; READ_BUF_BYTES];
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+}
+
+/// Why a connection ended (for the log line).
+#[derive(Debug)]
+pub(crate) enum End {
+    ClientClosed,
+    Terminated,
+    CancelRequest,
+    Fatal(PgError),
+    Io(io::Error),
+}
+
+impl From<io::Error> for End {
+    fn from(e: io::Error) -> End {
+        End::Io(e)
+    }
+}
+
+/// Serve one accepted connection until it ends. Never panics on client input; every way out
+/// is an [`End`].
+pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
+    shard: Rc<Shard<E>>,
+    mut stream: S,
+    over_limit: bool,
+) -> End {
+    let mut rbuf = ReadBuf::new();
+    let mut out = Vec::with_capacity(READ_BUF_BYTES);
+    let timeout = shard.config.startup_timeout;
+    let started = futures_lite::future::or(
+        async { Some(startup(&shard, &mut stream, &mut rbuf, &mut out, over_limit).await) },
+        async {
+            glommio::timer::Timer::new(timeout).await;
+            None
+        },
+    )
+    .await;
+    let conn = match started {
+        Some(Ok(conn)) => conn,
+        Some(Err(End::Fatal(e))) => {
+            out.clear();
+            backend::write_error(&mut out, &e);
+            let _ = stream.write_all(&out).await;
+            return End::Fatal(e);
+        }
+        Some(Err(end)) => return end,
+        None => {
+            let e = PgError::fatal(SqlState::CONNECTION_FAILURE, "canceling authentication due to timeout");
+            out.clear();
+            backend::write_error(&mut out, &e);
+            let _ = stream.write_all(&out).await;
+            return End::Fatal(e);
+        }
+    };
+    let pid = conn.info.process_id;
+    let end = conn.run(&mut stream, &mut rbuf, out).await;
+    shard.unregister_cancel(pid);
+    end
+}
+
+/// Read and answer startup packets until a StartupMessage, authenticate, and open the session.
+async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
+    shard: &Rc<Shard<E>>,
+    stream: &mut S,
+    rbuf: &mut ReadBuf,
+    out: &mut Vec<u8>,
+    over_limit: bool,
+) -> Result<Conn<E>, End> {
+    let (session, info) = loop {
+        let (body_len, n) = loop {
+            match frontend::split_startup(rbuf.data()).map_err(End::Fatal)? {
+                Some((body, n)) => break (body.len(), n),
+                None => {
+                    if !rbuf.fill(stream, 8).await? {
+                        return Err(End::ClientClosed);
+                    }
+                }
+            }
+        };
+        match StartupRequest::parse(&rbuf.data()[4..4 + body_len]).map_err(End::Fatal)? {
+            StartupRequest::SslRequest | StartupRequest::GssEncRequest => {
+                // Encryption comes with TLS support; until then "N" means "go on in plaintext".
+                // Bytes pipelined after the request, before our answer, would be a
+                // buffer-stuffing attempt (CVE-2021-23214): refuse them.
+                if rbuf.data().len() > n {
+                    return Err(End::Fatal(PgError::fatal(
+                        SqlState::PROTOCOL_VIOLATION,
+                        "received unencrypted data after SSL request",
+                    )));
+                }
+                rbuf.consume(n);
+                stream.write_all(b"N").await?;
+            }
+            StartupRequest::Cancel { process_id, secret_key } => {
+                shard.route_cancel(process_id, secret_key);
+                return Err(End::CancelRequest);
+            }
+            StartupRequest::Startup { version, params } => {
+                if over_limit {
+                    return Err(End::Fatal(PgError::fatal(SqlState::TOO_MANY_CONNECTIONS, "sorry, too many clients already")));
+                }
+                let Some(user) = params.get("user").filter(|u| !u.is_empty()) else {
+                    return Err(End::Fatal(PgError::fatal(
+                        SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                        "no PostgreSQL user name specified in startup packet",
+                    )));
+                };
+                let info = ConnInfo {
+                    user: user.to_string(),
+                    database: params.get("database").filter(|d| !d.is_empty()).unwrap_or(user).to_string(),
+                    process_id: shard.next_process_id(),
+                    shard_id: shard.id,
+                };
+                // We speak 3.0; a newer minor version or `_pq_.` options get
+                // NegotiateProtocolVersion and the connection goes on in 3.0.
+                let unrecognized: Vec<&str> = params.iter().map(|(k, _)| k).filter(|k| k.starts_with("_pq_.")).collect();
+                if version & 0xffff != 0 || !unrecognized.is_empty() {
+                    backend::write_negotiate_protocol_version(out, 0, unrecognized.into_iter());
+                }
+                authenticate(shard, stream, rbuf, out, &info.user, n).await?;
+                // The StartupMessage is still at the front of rbuf (authentication read past it
+                // and dropped only its own message), so the session is built from it in place.
+                let Ok(StartupRequest::Startup { params, .. }) = StartupRequest::parse(&rbuf.data()[4..4 + body_len]) else {
+                    unreachable!("the startup packet was parsed above and is still buffered")
+                };
+                let start = SessionStart {
+                    user: &info.user,
+                    database: &info.database,
+                    params,
+                    process_id: info.process_id,
+                    shard_id: shard.id,
+                };
+                let session = shard
+                    .engine
+                    .open_session(&start)
+                    .map_err(|e| End::Fatal(PgError { severity: Severity::Fatal, ..e }))?;
+                rbuf.consume(n);
+                break (session, info);
+            }
+        }
+    };
+    let cancel = Rc::new(CancelToken::default());
+    let secret = shard.register_cancel(info.process_id, cancel.clone());
+    backend::write_auth_ok(out);
+    shard.engine.write_startup_parameters(&session, out);
+    backend::write_backend_key_data(out, info.process_id, secret);
+    backend::write_ready_for_query(out, TransactionStatus::Idle);
+    Ok(Conn {
+        shard: shard.clone(),
+        session,
+        info,
+        cancel,
+        arena: Bump::new(),
+        tx: TransactionStatus::Idle,
+        statements: Statements::default(),
+        portals: HashMap::new(),
+        skip_until_sync: false,
+        close_all_portals: false,
+        error_in_cycle: false,
+        flush_requested: Cell::new(false),
+    })
+}
+
+/// Run the configured authentication exchange. `startup_len` bytes at the front of `rbuf` are
+/// the StartupMessage, kept in place; the password message is read after it.
+async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
+    shard: &Rc<Shard<E>>,
+    stream: &mut S,
+    rbuf: &mut ReadBuf,
+    out: &mut Vec<u8>,
+    user: &str,
+    startup_len: usize,
+) -> Result<(), End> {
+    match shard.config.auth {
+        AuthMethod::Trust => Ok(()),
+        AuthMethod::Password => {
+            backend::write_auth_cleartext(out);
+            stream.write_all(out).await?;
+            out.clear();
+            // The password message must fit a small bound: nothing legitimate is larger.
+            const MAX_PASSWORD_MESSAGE_BYTES: usize = 8192;
+            let (tag, password_ok) = loop {
+                match split_frame(&rbuf.data()[startup_len..], MAX_PASSWORD_MESSAGE_BYTES).map_err(End::Fatal)? {
+                    Some((frame, _)) => {
+                        if frame.tag != b'p' {
+                            break (frame.tag, false);
+                        }
+                        let password = frontend::parse_password(frame.body).map_err(End::Fatal)?;
+                        break (frame.tag, shard.check_password(user, password));
+                    }
+                    None => {
+                        if !rbuf.fill(stream, 5).await? {
+                            return Err(End::ClientClosed);
+                        }
+                    }
+                }
+            };
+            if tag != b'p' {
+                return Err(End::Fatal(PgError::fatal(
+                    SqlState::PROTOCOL_VIOLATION,
+                    format!("expected password response, got message type {tag}"),
+                )));
+            }
+            if !password_ok {
+                return Err(End::Fatal(PgError::fatal(
+                    SqlState::INVALID_PASSWORD,
+                    format!("password authentication failed for user \"{user}\""),
+                )));
+            }
+            // Drop the password message, keep the startup packet at the front.
+            let (_, n) = split_frame(&rbuf.data()[startup_len..], MAX_PASSWORD_MESSAGE_BYTES)
+                .ok()
+                .flatten()
+                .expect("the password message was framed above");
+            rbuf.buf.copy_within(rbuf.start..rbuf.start + startup_len, rbuf.start + n);
+            rbuf.consume(n);
+            Ok(())
+        }
+    }
+}
+
+/// An established connection.
+pub(crate) struct Conn<E: Engine> {
+    shard: Rc<Shard<E>>,
+    session: E::Session,
+    info: ConnInfo,
+    cancel: Rc<CancelToken>,
+    /// Per-query scratch space, reset at every ReadyForQuery.
+    arena: Bump,
+    tx: TransactionStatus,
+    statements: Statements<E::Statement>,
+    portals: HashMap<Box<str>, E::Portal>,
+    /// After an error in an extended-protocol message, everything up to Sync is discarded.
+    skip_until_sync: bool,
+    close_all_portals: bool,
+    /// An error was reported since the last ReadyForQuery.
+    error_in_cycle: bool,
+    flush_requested: Cell<bool>,
+}
+
+/// Borrow the disjoint pieces of a connection an engine call needs.
+macro_rules! cx {
+    ($self:ident, $out:expr) => {
+        Cx {
+            session: &mut $self.session,
+            out: $out,
+            arena: &$self.arena,
+            tx: &mut $self.tx,
+            cancel: &$self.cancel,
+            conn: &$self.info,
+            statements: &mut $self.statements,
+            close_all_portals: &mut $self.close_all_portals,
+        }
+    };
+}
+
+enum Flow {
+    Continue,
+    Terminate,
+}
+
+impl<E: Engine> Conn<E> {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(mut self, stream: &mut S, rbuf: &mut ReadBuf, mut out: Vec<u8>) -> End {
+        let max = self.shard.config.max_message_bytes;
+        loop {
+            // Handle every complete message already received, then flush once.
+            loop {
+                let (frame, n) = match split_frame(rbuf.data(), max) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(e) => return self.fatal(stream, &mut out, e).await,
+                };
+                let flow = match FrontendMessage::parse(frame) {
+                    Ok(msg) => self.handle(msg, &mut out).await,
+                    Err(e) if e.severity == Severity::Fatal => return self.fatal(stream, &mut out, e).await,
+                    Err(e) => {
+                        if !self.skip_until_sync {
+                            self.fail_extended(&mut out, e);
+                        }
+                        Ok(Flow::Continue)
+                    }
+                };
+                rbuf.consume(n);
+                match flow {
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Terminate) => {
+                        let _ = flush(stream, &mut out).await;
+                        return End::Terminated;
+                    }
+                    Err(e) => return self.fatal(stream, &mut out, e).await,
+                }
+                if out.len() >= FLUSH_BYTES || self.flush_requested.replace(false) {
+                    if let Err(e) = flush(stream, &mut out).await {
+                        return End::Io(e);
+                    }
+                }
+            }
+            if let Err(e) = flush(stream, &mut out).await {
+                return End::Io(e);
+            }
+            if out.capacity() > SHRINK_ABOVE_BYTES {
+                out = Vec::with_capacity(READ_BUF_BYTES);
+            }
+            rbuf.shrink_if_idle();
+            let want = frame_bytes_needed(rbuf.data()).unwrap_or(5);
+            match rbuf.fill(stream, want).await {
+                Ok(true) => {}
+                Ok(false) => return End::ClientClosed,
+                Err(e) => return End::Io(e),
+            }
+        }
+    }
+
+    async fn fatal<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, out: &mut Vec<u8>, e: PgError) -> End {
+        let e = PgError { severity: Severity::Fatal, ..e };
+        backend::write_error(out, &e);
+        let _ = flush(stream, out).await;
+        End::Fatal(e)
+    }
+
+    /// An error in an extended-protocol message: report it, then ignore messages until Sync.
+    fn fail_extended(&mut self, out: &mut Vec<u8>, e: PgError) {
+        backend::write_error(out, &e);
+        self.error_in_cycle = true;
+        self.skip_until_sync = true;
+        if self.tx == TransactionStatus::InBlock {
+            self.tx = TransactionStatus::Failed;
+        }
+    }
+
+    /// End of a query cycle: ReadyForQuery, and per-query state is dropped.
+    fn ready_for_query(&mut self, out: &mut Vec<u8>) {
+        if self.tx == TransactionStatus::Idle || self.close_all_portals {
+            // Portals live until the end of their transaction.
+            self.portals.clear();
+            self.close_all_portals = false;
+        }
+        self.shard.engine.end_of_cycle(&mut self.session, self.tx, self.error_in_cycle, out);
+        self.error_in_cycle = false;
+        backend::write_ready_for_query(out, self.tx);
+        self.arena.reset();
+    }
+
+    /// Handle one message. `Err` is fatal for the connection.
+    async fn handle(&mut self, msg: FrontendMessage<'_>, out: &mut Vec<u8>) -> Result<Flow, PgError> {
+        if self.skip_until_sync {
+            match msg {
+                FrontendMessage::Sync => {}
+                // Everything else is discarded until Sync, as PostgreSQL does.
+                _ => return Ok(Flow::Continue),
+            }
+        }
+        let engine = &self.shard.engine;
+        match msg {
+            FrontendMessage::Query { sql } => {
+                // A simple Query destroys the unnamed statement and portal.
+                self.statements.remove("");
+                self.portals.remove("");
+                self.cancel.reset();
+                let result = engine.simple_query(&mut cx!(self, out), sql).await;
+                if let Err(e) = result {
+                    if e.severity == Severity::Fatal {
+                        return Err(e);
+                    }
+                    backend::write_error(out, &e);
+                    self.error_in_cycle = true;
+                    if self.tx == TransactionStatus::InBlock {
+                        self.tx = TransactionStatus::Failed;
+                    }
+                }
+                self.ready_for_query(out);
+            }
+            FrontendMessage::Parse { name, sql, param_types } => {
+                if !name.is_empty() && self.statements.contains(name) {
+                    let e = PgError::new(SqlState::DUPLICATE_PREPARED_STATEMENT, format!("prepared statement \"{name}\" already exists"));
+                    self.fail_extended(out, e);
+                    return Ok(Flow::Continue);
+                }
+                match engine.parse(&mut cx!(self, out), sql, param_types) {
+                    Ok(statement) => {
+                        self.statements.insert(name, Rc::new(statement));
+                        backend::write_parse_complete(out);
+                    }
+                    Err(e) => self.fail_extended(out, e),
+                }
+            }
+            FrontendMessage::Bind(bind) => {
+                let Some(statement) = self.statements.get(bind.statement).cloned() else {
+                    self.fail_extended(out, no_statement(bind.statement));
+                    return Ok(Flow::Continue);
+                };
+                if !bind.portal.is_empty() && self.portals.contains_key(bind.portal) {
+                    let e = PgError::new(SqlState::DUPLICATE_CURSOR, format!("portal \"{}\" already exists", bind.portal));
+                    self.fail_extended(out, e);
+                    return Ok(Flow::Continue);
+                }
+                match engine.bind(&mut cx!(self, out), &statement, &bind) {
+                    Ok(portal) => {
+                        self.portals.insert(bind.portal.into(), portal);
+                        backend::write_bind_complete(out);
+                    }
+                    Err(e) => self.fail_extended(out, e),
+                }
+            }
+            FrontendMessage::Describe { target: Target::Statement, name } => match self.statements.get(name) {
+                Some(statement) => engine.describe_statement(statement, out),
+                None => self.fail_extended(out, no_statement(name)),
+            },
+            FrontendMessage::Describe { target: Target::Portal, name } => match self.portals.get(name) {
+                Some(portal) => engine.describe_portal(portal, out),
+                None => self.fail_extended(out, no_portal(name)),
+            },
+            FrontendMessage::Execute { portal, max_rows } => {
+                let Some(p) = self.portals.get_mut(portal) else {
+                    self.fail_extended(out, no_portal(portal));
+                    return Ok(Flow::Continue);
+                };
+                self.cancel.reset();
+                let max_rows = if max_rows <= 0 { 0 } else { max_rows as u32 };
+                let mut cx = Cx {
+                    session: &mut self.session,
+                    out,
+                    arena: &self.arena,
+                    tx: &mut self.tx,
+                    cancel: &self.cancel,
+                    conn: &self.info,
+                    statements: &mut self.statements,
+                    close_all_portals: &mut self.close_all_portals,
+                };
+                match engine.execute(&mut cx, p, max_rows).await {
+                    Ok(Execution::Complete) => {}
+                    Ok(Execution::Suspended) => backend::write_portal_suspended(out),
+                    Err(e) if e.severity == Severity::Fatal => return Err(e),
+                    Err(e) => self.fail_extended(out, e),
+                }
+            }
+            FrontendMessage::Close { target, name } => {
+                match target {
+                    Target::Statement => {
+                        self.statements.remove(name);
+                    }
+                    Target::Portal => {
+                        self.portals.remove(name);
+                    }
+                }
+                backend::write_close_complete(out);
+            }
+            FrontendMessage::Sync => {
+                self.skip_until_sync = false;
+                self.ready_for_query(out);
+            }
+            FrontendMessage::Flush => self.flush_requested.set(true),
+            FrontendMessage::Terminate => return Ok(Flow::Terminate),
+            // Outside COPY these are ignored, per the protocol.
+            FrontendMessage::CopyData { .. } | FrontendMessage::CopyDone | FrontendMessage::CopyFail { .. } => {}
+            FrontendMessage::FunctionCall => {
+                let e = PgError::new(SqlState::FEATURE_NOT_SUPPORTED, "fast-path function calls are not supported");
+                backend::write_error(out, &e);
+                if self.tx == TransactionStatus::InBlock {
+                    self.tx = TransactionStatus::Failed;
+                }
+                self.ready_for_query(out);
+            }
+            FrontendMessage::Password { .. } => {
+                return Err(PgError::fatal(SqlState::PROTOCOL_VIOLATION, "unexpected password message outside authentication"));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+fn no_statement(name: &str) -> PgError {
+    if name.is_empty() {
+        PgError::new(SqlState::INVALID_SQL_STATEMENT_NAME, "unnamed prepared statement does not exist")
+    } else {
+        PgError::new(SqlState::INVALID_SQL_STATEMENT_NAME, format!("prepared statement \"{name}\" does not exist"))
+    }
+}
+
+fn no_portal(name: &str) -> PgError {
+    if name.is_empty() {
+        PgError::new(SqlState::INVALID_CURSOR_NAME, "portal \"\" does not exist")
+    } else {
+        PgError::new(SqlState::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist"))
+    }
+}
+
+async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let r = stream.write_all(out).await;
+    out.clear();
+    r
+}

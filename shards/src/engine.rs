@@ -1,0 +1,214 @@
+//! The boundary between the connection state machine (this crate) and whatever answers SQL
+//! (the `ringwire` binary's engine). The state machine owns the protocol — startup, the
+//! extended-protocol bookkeeping of statements and portals, error recovery until Sync,
+//! ReadyForQuery — and calls an [`Engine`] for everything that needs to understand a statement.
+//!
+//! Engines are per shard and never `Send`: every call happens on the shard's own thread, so an
+//! engine keeps its state in `Rc`/`RefCell` (STYLE.md, thread-per-core discipline).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bumpalo::Bump;
+use protocol::backend::TransactionStatus;
+use protocol::frontend::{Bind, Oids, StartupParams};
+use protocol::{PgError, SqlState};
+
+/// What the client asked for at startup, after authentication.
+pub struct SessionStart<'a> {
+    pub user: &'a str,
+    pub database: &'a str,
+    /// Every startup parameter, `user` and `database` included.
+    pub params: StartupParams<'a>,
+    pub process_id: i32,
+    pub shard_id: usize,
+}
+
+/// Identity of a connection, fixed at startup.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    pub user: String,
+    pub database: String,
+    pub process_id: i32,
+    pub shard_id: usize,
+}
+
+/// How an Execute ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Execution {
+    /// CommandComplete was written.
+    Complete,
+    /// `max_rows` rows were written and more remain: the state machine writes PortalSuspended.
+    Suspended,
+}
+
+/// Named prepared statements of one connection. SQL `DEALLOCATE` and protocol-level Close share
+/// this namespace, as in PostgreSQL. The unnamed statement is stored under "".
+pub struct Statements<S> {
+    map: HashMap<Box<str>, Rc<S>>,
+}
+
+impl<S> Default for Statements<S> {
+    fn default() -> Self {
+        Statements { map: HashMap::new() }
+    }
+}
+
+impl<S> Statements<S> {
+    pub fn get(&self, name: &str) -> Option<&Rc<S>> {
+        self.map.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    pub fn insert(&mut self, name: &str, statement: Rc<S>) {
+        self.map.insert(name.into(), statement);
+    }
+
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.map.remove(name).is_some()
+    }
+
+    /// `DEALLOCATE ALL` / `DISCARD ALL`: drop the named statements (the unnamed one too).
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// Everything an engine call may touch besides its own per-session state.
+pub struct Cx<'a, E: Engine + ?Sized> {
+    pub session: &'a mut E::Session,
+    /// The connection's write buffer: append backend messages here.
+    pub out: &'a mut Vec<u8>,
+    /// Per-query scratch memory, reset after each ReadyForQuery.
+    pub arena: &'a Bump,
+    /// The transaction status ReadyForQuery will report; the engine moves it on
+    /// BEGIN/COMMIT/ROLLBACK, the state machine sets `Failed` on an error inside a block.
+    pub tx: &'a mut TransactionStatus,
+    pub cancel: &'a CancelToken,
+    pub conn: &'a ConnInfo,
+    pub statements: &'a mut Statements<E::Statement>,
+    /// Set by `DISCARD ALL` / `CLOSE ALL`: the state machine drops every portal afterwards.
+    pub close_all_portals: &'a mut bool,
+}
+
+/// Per-shard SQL engine. `async fn` in this trait is deliberate: futures stay on the shard and
+/// are never `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Engine: 'static {
+    type Session: 'static;
+    type Statement: 'static;
+    type Portal: 'static;
+
+    /// Called after authentication succeeds; applies startup parameters (`application_name`,
+    /// `options=-c ...`, `TimeZone`...). An error is sent as FATAL and the connection closes.
+    fn open_session(&self, start: &SessionStart<'_>) -> Result<Self::Session, PgError>;
+
+    /// Append the ParameterStatus messages sent at startup.
+    fn write_startup_parameters(&self, session: &Self::Session, out: &mut Vec<u8>);
+
+    /// Run a simple-protocol Query string (one or more statements), writing every reply up to
+    /// but excluding ReadyForQuery. Returns the error that stopped it, if any; the replies of the
+    /// statements before it stay in `cx.out`.
+    async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError>;
+
+    fn parse(&self, cx: &mut Cx<'_, Self>, sql: &str, param_types: Oids<'_>) -> Result<Self::Statement, PgError>;
+
+    /// Append ParameterDescription and then RowDescription (or NoData).
+    fn describe_statement(&self, statement: &Self::Statement, out: &mut Vec<u8>);
+
+    fn bind(&self, cx: &mut Cx<'_, Self>, statement: &Rc<Self::Statement>, bind: &Bind<'_>) -> Result<Self::Portal, PgError>;
+
+    /// Append RowDescription (with the result formats chosen at Bind) or NoData.
+    fn describe_portal(&self, portal: &Self::Portal, out: &mut Vec<u8>);
+
+    /// Called just before every ReadyForQuery. `tx` is the status about to be reported;
+    /// `error_in_cycle` says whether an error was reported since the last ReadyForQuery (an
+    /// implicit transaction then rolls back). The engine writes any ParameterStatus messages
+    /// its settings changes owe the client.
+    fn end_of_cycle(&self, session: &mut Self::Session, tx: TransactionStatus, error_in_cycle: bool, out: &mut Vec<u8>);
+
+    /// Run a portal for at most `max_rows` rows (0 = all), writing DataRows and, when it
+    /// finishes, CommandComplete (or EmptyQueryResponse for an empty statement).
+    async fn execute(&self, cx: &mut Cx<'_, Self>, portal: &mut Self::Portal, max_rows: u32) -> Result<Execution, PgError>;
+}
+
+/// Cancellation of the statement a connection is running, set from a CancelRequest that may
+/// have arrived on another shard (and crossed over the cancel channel).
+#[derive(Default)]
+pub struct CancelToken {
+    cancelled: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl CancelToken {
+    pub fn cancel(&self) {
+        self.cancelled.set(true);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Forget a cancel that arrived while no statement was running (PostgreSQL ignores those).
+    pub fn reset(&self) {
+        self.cancelled.set(false);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.get()
+    }
+
+    /// Err(57014) if the running statement was cancelled.
+    pub fn check(&self) -> Result<(), PgError> {
+        if self.cancelled.get() {
+            Err(query_canceled())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sleep for `duration`, ending early with 57014 when the statement is cancelled.
+    pub async fn sleep(&self, duration: Duration) -> Result<(), PgError> {
+        self.check()?;
+        CancellableSleep { timer: glommio::timer::Timer::new(duration), token: self }.await
+    }
+}
+
+pub fn query_canceled() -> PgError {
+    PgError::new(SqlState::QUERY_CANCELED, "canceling statement due to user request")
+}
+
+struct CancellableSleep<'a> {
+    timer: glommio::timer::Timer,
+    token: &'a CancelToken,
+}
+
+impl Future for CancellableSleep<'_> {
+    type Output = Result<(), PgError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.token.is_cancelled() {
+            return Poll::Ready(Err(query_canceled()));
+        }
+        self.token.waker.set(Some(cx.waker().clone()));
+        match Pin::new(&mut self.timer).poll(cx) {
+            Poll::Ready(_) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

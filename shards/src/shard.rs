@@ -1,0 +1,152 @@
+//! What one shard owns: its engine, its connections' cancel tokens, and its end of the cancel
+//! mesh. Nothing here is shared with another core except the read-only config, the global
+//! connection count (touched once per connect/disconnect, never per query) and the channels.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::config::ServerConfig;
+use crate::engine::{CancelToken, Engine};
+
+/// A CancelRequest that arrived on another shard, forwarded to the owner.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CancelMessage {
+    pub process_id: i32,
+    pub secret_key: i32,
+}
+
+/// Process ids carry the owning shard in their high bits: `shard << SHARD_SHIFT | serial`.
+/// The top bit stays clear so ids are positive, as PostgreSQL's are.
+const SHARD_SHIFT: u32 = 22;
+const SERIAL_MASK: u32 = (1 << SHARD_SHIFT) - 1;
+pub const MAX_SHARDS: usize = 1 << (31 - SHARD_SHIFT);
+
+pub fn shard_of_process_id(process_id: i32) -> usize {
+    (process_id as u32 >> SHARD_SHIFT) as usize
+}
+
+pub(crate) struct Shard<E: Engine> {
+    pub id: usize,
+    pub engine: E,
+    pub config: Arc<ServerConfig>,
+    cancels: RefCell<HashMap<i32, (i32, Rc<CancelToken>)>>,
+    cancel_mesh: Vec<flume::Sender<CancelMessage>>,
+    next_serial: Cell<u32>,
+    pub open_connections: Arc<AtomicUsize>,
+}
+
+impl<E: Engine> Shard<E> {
+    pub fn new(
+        id: usize,
+        engine: E,
+        config: Arc<ServerConfig>,
+        cancel_mesh: Vec<flume::Sender<CancelMessage>>,
+        open_connections: Arc<AtomicUsize>,
+    ) -> Shard<E> {
+        assert!(id < MAX_SHARDS, "shard id {id} does not fit in a process id");
+        Shard {
+            id,
+            engine,
+            config,
+            cancels: RefCell::new(HashMap::new()),
+            cancel_mesh,
+            next_serial: Cell::new(1),
+            open_connections,
+        }
+    }
+
+    /// A process id unique among this shard's open connections.
+    pub fn next_process_id(&self) -> i32 {
+        let cancels = self.cancels.borrow();
+        loop {
+            let serial = self.next_serial.get();
+            self.next_serial.set((serial + 1) & SERIAL_MASK);
+            if serial == 0 {
+                continue;
+            }
+            let pid = ((self.id as u32) << SHARD_SHIFT | serial) as i32;
+            if !cancels.contains_key(&pid) {
+                return pid;
+            }
+        }
+    }
+
+    /// Remember a connection's cancel token under a fresh random secret, which is returned for
+    /// BackendKeyData.
+    pub fn register_cancel(&self, process_id: i32, token: Rc<CancelToken>) -> i32 {
+        let secret = random_i32();
+        self.cancels.borrow_mut().insert(process_id, (secret, token));
+        secret
+    }
+
+    pub fn unregister_cancel(&self, process_id: i32) {
+        self.cancels.borrow_mut().remove(&process_id);
+    }
+
+    /// A CancelRequest arrived on this shard: cancel locally or forward to the owning shard.
+    /// A wrong key or unknown process does nothing and says nothing, as in PostgreSQL.
+    pub fn route_cancel(&self, process_id: i32, secret_key: &[u8]) {
+        let Ok(key) = <[u8; 4]>::try_from(secret_key) else {
+            return; // ringwire hands out 4-byte keys; a longer one cannot be ours.
+        };
+        let msg = CancelMessage { process_id, secret_key: i32::from_be_bytes(key) };
+        let owner = shard_of_process_id(process_id);
+        if owner == self.id {
+            self.apply_cancel(msg);
+        } else if let Some(tx) = self.cancel_mesh.get(owner) {
+            // A full or closed channel means the owner is gone or drowning; a cancel is
+            // best-effort in PostgreSQL too.
+            let _ = tx.try_send(msg);
+        }
+    }
+
+    pub fn apply_cancel(&self, msg: CancelMessage) {
+        if let Some((secret, token)) = self.cancels.borrow().get(&msg.process_id) {
+            if constant_time_eq(&secret.to_ne_bytes(), &msg.secret_key.to_ne_bytes()) {
+                token.cancel();
+            }
+        }
+    }
+
+    pub fn check_password(&self, user: &str, password: &str) -> bool {
+        // Compare against a dummy when the user is unknown so both cases take the same time.
+        let expected = self.config.users.get(user);
+        let ok = constant_time_eq(expected.map_or(b"\0no such user\0".as_slice(), |p| p.as_bytes()), password.as_bytes());
+        ok && expected.is_some()
+    }
+
+    pub fn connection_opened(&self) -> bool {
+        let before = self.open_connections.fetch_add(1, Ordering::Relaxed);
+        before < self.config.max_connections
+    }
+
+    pub fn connection_closed(&self) {
+        self.open_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 32 random bits from the kernel (getrandom(2)): cancel keys must not be guessable.
+pub(crate) fn random_i32() -> i32 {
+    let mut buf = [0u8; 4];
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: writes at most the remaining bytes of `buf`.
+        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        if n > 0 {
+            filled += n as usize;
+        } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            panic!("getrandom failed: {}", std::io::Error::last_os_error());
+        }
+    }
+    i32::from_ne_bytes(buf)
+}

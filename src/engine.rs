@@ -1,0 +1,686 @@
+//! The SQL side of a shard: turns statement text into a [`Plan`] with sqlparser and runs it.
+//!
+//! Today it answers constant queries (`SELECT 1`, `SELECT version()`, expressions, casts),
+//! session settings (`SET`/`SHOW`/`RESET`), transaction control, `DISCARD ALL` and
+//! `DEALLOCATE`; other statements get 0A000. Tables arrive with the compute issue and slot in
+//! as another [`Plan`] variant.
+
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use protocol::backend::{self, DataRowWriter, FieldDescription, TransactionStatus};
+use protocol::frontend::{Bind, Oids};
+use protocol::types::{binary, text, Scalar, TextContext, Type, Value};
+use protocol::{Format, PgError, Severity, SqlState};
+use shards::engine::{Cx, Engine, Execution, SessionStart};
+use sqlparser::ast::{self, Statement};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::{Parser, ParserError};
+
+use crate::settings::Settings;
+use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo};
+
+/// A planned statement.
+pub enum Plan {
+    Empty,
+    Select(ConstSelect),
+    Set { name: String, value: Option<String>, local: bool },
+    Show(String),
+    ShowAll,
+    Reset(Option<String>),
+    Begin { tag: &'static str, modes: Vec<(String, String)> },
+    Commit,
+    Rollback,
+    DiscardAll,
+    Deallocate(Option<String>),
+}
+
+/// A prepared statement: the plan and what Describe reports.
+pub struct Prepared {
+    plan: Plan,
+    param_types: Vec<Type>,
+    columns: Vec<(String, Type)>,
+}
+
+pub struct Portal {
+    statement: Rc<Prepared>,
+    params: Vec<Value>,
+    formats: Vec<Format>,
+    /// Rows computed at the first Execute, handed out `max_rows` at a time.
+    rows: Option<Vec<Vec<Value>>>,
+    next_row: usize,
+    done: bool,
+}
+
+pub struct Session {
+    settings: Settings,
+    /// ParameterStatus reports owed to the client, sent before the next ReadyForQuery.
+    reports: Vec<(&'static str, String)>,
+    user: String,
+    database: String,
+    process_id: i32,
+    statement_timestamp_us: i64,
+}
+
+impl SessionInfo for Session {
+    fn current_setting(&self, name: &str) -> Option<String> {
+        self.settings.get(name).map(str::to_string)
+    }
+    fn text_context(&self) -> &TextContext {
+        self.settings.text_context()
+    }
+    fn database(&self) -> &str {
+        &self.database
+    }
+    fn user(&self) -> &str {
+        &self.user
+    }
+    fn backend_pid(&self) -> i32 {
+        self.process_id
+    }
+    fn statement_timestamp_us(&self) -> i64 {
+        self.statement_timestamp_us
+    }
+}
+
+/// Microseconds since 2000-01-01 UTC (PostgreSQL's epoch).
+fn now_pg_us() -> i64 {
+    const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
+    let since_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    since_unix.as_micros() as i64 - PG_EPOCH_UNIX_SECS * 1_000_000
+}
+
+/// The per-shard engine. Stateless today; the compute dispatcher and plan cache will live here.
+#[derive(Default)]
+pub struct Frontend {}
+
+impl Frontend {
+    pub fn new() -> Frontend {
+        Frontend {}
+    }
+}
+
+/// Parse statement text into sqlparser statements, mapping parse errors to 42601 with a
+/// position as PostgreSQL reports it.
+pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, PgError> {
+    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| syntax_error(sql, e))
+}
+
+fn syntax_error(sql: &str, e: ParserError) -> PgError {
+    let msg = match &e {
+        ParserError::TokenizerError(m) | ParserError::ParserError(m) => m.clone(),
+        ParserError::RecursionLimitExceeded => {
+            return PgError::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "stack depth limit exceeded")
+                .with_hint("The statement is nested too deeply.")
+        }
+    };
+    // sqlparser says "Expected: X, found: TOKEN at Line: L, Column: C".
+    let found = msg.split("found: ").nth(1).map(|rest| rest.split(" at Line: ").next().unwrap_or(rest).trim().to_string());
+    let position = line_col(&msg).map(|(line, col)| char_offset(sql, line, col));
+    match found.as_deref() {
+        Some("EOF") | None if position.is_none() || found.as_deref() == Some("EOF") => {
+            PgError::new(SqlState::SYNTAX_ERROR, "syntax error at end of input").with_position(sql.chars().count() as u32 + 1)
+        }
+        Some(token) => {
+            let mut err = PgError::new(SqlState::SYNTAX_ERROR, format!("syntax error at or near \"{}\"", token.trim_matches('\'')));
+            if let Some(p) = position {
+                err = err.with_position(p);
+            }
+            err
+        }
+        None => PgError::new(SqlState::SYNTAX_ERROR, format!("syntax error: {msg}")),
+    }
+}
+
+fn line_col(msg: &str) -> Option<(usize, usize)> {
+    let rest = msg.rsplit("Line: ").next()?;
+    let (line, col) = rest.split_once(", Column: ")?;
+    let col: String = col.chars().take_while(|c| c.is_ascii_digit()).collect();
+    Some((line.trim().parse().ok()?, col.parse().ok()?))
+}
+
+/// 1-based character offset of (line, column), both 1-based.
+fn char_offset(sql: &str, line: usize, col: usize) -> u32 {
+    let mut offset = 0;
+    for (i, l) in sql.split('\n').enumerate() {
+        if i + 1 == line {
+            return (offset + col) as u32;
+        }
+        offset += l.chars().count() + 1;
+    }
+    offset as u32
+}
+
+fn unsupported(what: &str) -> PgError {
+    PgError::new(SqlState::FEATURE_NOT_SUPPORTED, format!("{what} is not supported by ringwire yet"))
+}
+
+/// Render a SET value list the way PostgreSQL stores it: string literals unquoted, identifiers
+/// and numbers as written, several values joined with ", ".
+fn set_value_text(values: &[ast::Expr]) -> Result<Option<String>, PgError> {
+    let mut parts = Vec::with_capacity(values.len());
+    for v in values {
+        let text = match v {
+            ast::Expr::Value(val) => match &val.value {
+                ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) | ast::Value::EscapedStringLiteral(s) => s.clone(),
+                ast::Value::Number(n, _) => n.to_string(),
+                ast::Value::Boolean(b) => if *b { "on" } else { "off" }.to_string(),
+                other => other.to_string(),
+            },
+            ast::Expr::Identifier(id) if id.value.eq_ignore_ascii_case("default") && values.len() == 1 => return Ok(None),
+            ast::Expr::Identifier(id) => id.value.clone(),
+            ast::Expr::UnaryOp { op: ast::UnaryOperator::Minus, expr } => format!("-{}", set_value_text(std::slice::from_ref(expr))?.unwrap_or_default()),
+            ast::Expr::CompoundIdentifier(ids) => ids.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join("."),
+            other => other.to_string(),
+        };
+        parts.push(text);
+    }
+    Ok(Some(parts.join(", ")))
+}
+
+fn transaction_modes(modes: &[ast::TransactionMode]) -> Vec<(String, String)> {
+    modes
+        .iter()
+        .map(|m| match m {
+            ast::TransactionMode::IsolationLevel(level) => {
+                let level = match level {
+                    ast::TransactionIsolationLevel::ReadUncommitted => "read uncommitted",
+                    ast::TransactionIsolationLevel::ReadCommitted => "read committed",
+                    ast::TransactionIsolationLevel::RepeatableRead => "repeatable read",
+                    ast::TransactionIsolationLevel::Serializable => "serializable",
+                    _ => "serializable",
+                };
+                ("transaction_isolation".to_string(), level.to_string())
+            }
+            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly) => ("transaction_read_only".into(), "on".into()),
+            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadWrite) => ("transaction_read_only".into(), "off".into()),
+        })
+        .collect()
+}
+
+/// Plan one statement. `params` holds the parameter types from Parse and receives inferred ones.
+fn plan_statement(stmt: &Statement, params: &mut Vec<Type>) -> Result<(Plan, Vec<(String, Type)>), PgError> {
+    let text_col = |name: &str| vec![(name.to_string(), Type { scalar: Scalar::Text, array: false })];
+    Ok(match stmt {
+        Statement::Query(query) => {
+            let mut ctx = PlanCtx { params, columns: None };
+            let select = expr::plan_const_select(query, &mut ctx)?;
+            let columns = select.columns.clone();
+            (Plan::Select(select), columns)
+        }
+        Statement::Set(set) => match set {
+            ast::Set::SingleAssignment { scope, variable, values, .. } => {
+                let local = matches!(scope, Some(ast::ContextModifier::Local));
+                let name = variable.to_string();
+                (Plan::Set { name, value: set_value_text(values)?, local }, vec![])
+            }
+            ast::Set::SetTimeZone { local, value } => {
+                (Plan::Set { name: "TimeZone".into(), value: set_value_text(std::slice::from_ref(value))?, local: *local }, vec![])
+            }
+            ast::Set::SetNames { charset_name, .. } => {
+                (Plan::Set { name: "client_encoding".into(), value: Some(charset_name.value.clone()), local: false }, vec![])
+            }
+            ast::Set::SetTransaction { modes, session, snapshot: None } => {
+                let prefix = if *session { "default_" } else { "" };
+                let sets = transaction_modes(modes);
+                match sets.as_slice() {
+                    [(name, value)] => (Plan::Set { name: format!("{prefix}{name}"), value: Some(value.clone()), local: !*session }, vec![]),
+                    _ => return Err(unsupported("SET TRANSACTION with several modes")),
+                }
+            }
+            _ => return Err(unsupported(&format!("\"{set}\""))),
+        },
+        Statement::ShowVariable { variable } => {
+            let name = variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ");
+            let lower = name.to_ascii_lowercase();
+            match lower.as_str() {
+                "all" => (Plan::ShowAll, vec![
+                    ("name".to_string(), Type { scalar: Scalar::Text, array: false }),
+                    ("setting".to_string(), Type { scalar: Scalar::Text, array: false }),
+                    ("description".to_string(), Type { scalar: Scalar::Text, array: false }),
+                ]),
+                "time zone" => (Plan::Show("TimeZone".into()), text_col("TimeZone")),
+                "transaction isolation level" => (Plan::Show("transaction_isolation".into()), text_col("transaction_isolation")),
+                _ => {
+                    let column = Settings::canonical_name(&name).map(str::to_string).unwrap_or_else(|| lower.clone());
+                    (Plan::Show(name), text_col(&column))
+                }
+            }
+        }
+        Statement::Reset(reset) => match &reset.reset {
+            ast::Reset::ALL => (Plan::Reset(None), vec![]),
+            ast::Reset::ConfigurationParameter(name) => (Plan::Reset(Some(name.to_string())), vec![]),
+            ast::Reset::SessionAuthorization => (Plan::Reset(Some("session_authorization".into())), vec![]),
+        },
+        Statement::StartTransaction { modes, begin, statements, .. } if statements.is_empty() => {
+            (Plan::Begin { tag: if *begin { "BEGIN" } else { "START TRANSACTION" }, modes: transaction_modes(modes) }, vec![])
+        }
+        Statement::Commit { chain: false, .. } => (Plan::Commit, vec![]),
+        Statement::Rollback { chain: false, savepoint: None } => (Plan::Rollback, vec![]),
+        Statement::Discard { object_type: ast::DiscardObject::ALL } => (Plan::DiscardAll, vec![]),
+        Statement::Deallocate { name, .. } => {
+            if name.value.eq_ignore_ascii_case("all") && name.quote_style.is_none() {
+                (Plan::Deallocate(None), vec![])
+            } else {
+                (Plan::Deallocate(Some(name.value.clone())), vec![])
+            }
+        }
+        other => {
+            let kind = other.to_string();
+            let head: String = kind.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            return Err(unsupported(&head));
+        }
+    })
+}
+
+fn is_transaction_exit(plan: &Plan) -> bool {
+    matches!(plan, Plan::Commit | Plan::Rollback)
+}
+
+fn aborted() -> PgError {
+    PgError::new(SqlState::IN_FAILED_SQL_TRANSACTION, "current transaction is aborted, commands ignored until end of transaction block")
+}
+
+fn warning(code: SqlState, message: &'static str) -> PgError {
+    PgError { severity: Severity::Warning, ..PgError::new(code, message) }
+}
+
+fn write_row_description(columns: &[(String, Type)], formats: &[Format], out: &mut Vec<u8>) {
+    let fields: Vec<FieldDescription<'_>> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ty))| FieldDescription {
+            name,
+            table_oid: 0,
+            column_id: 0,
+            type_oid: ty.oid(),
+            type_len: ty.typlen(),
+            type_modifier: -1,
+            format: formats.get(i).copied().unwrap_or(Format::Text),
+        })
+        .collect();
+    backend::write_row_description(out, &fields);
+}
+
+fn write_data_row(row: &[Value], columns: &[(String, Type)], formats: &[Format], ctx: &TextContext, out: &mut Vec<u8>) {
+    let mut w = DataRowWriter::begin(out);
+    for (i, value) in row.iter().enumerate() {
+        if value.is_null() {
+            w.null();
+            continue;
+        }
+        let ty = columns[i].1;
+        match formats.get(i).copied().unwrap_or(Format::Text) {
+            Format::Text => w.value_with(|o| text::encode(value, ty, ctx, o)),
+            Format::Binary => w.value_with(|o| binary::encode(value, ty, o)),
+        }
+    }
+    w.finish();
+}
+
+impl Frontend {
+    /// Run a planned statement to completion (rows included), writing everything but the
+    /// RowDescription (simple protocol writes that first; extended writes it at Describe).
+    async fn run(&self, cx: &mut Cx<'_, Self>, prepared: &Prepared, params: &[Value], formats: &[Format]) -> Result<Option<Vec<Vec<Value>>>, PgError> {
+        let session = &mut *cx.session;
+        if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
+            return Err(aborted());
+        }
+        let in_block = *cx.tx != TransactionStatus::Idle;
+        let tag: &str = match &prepared.plan {
+            Plan::Empty => {
+                backend::write_empty_query_response(cx.out);
+                return Ok(None);
+            }
+            Plan::Select(select) => {
+                session.statement_timestamp_us = now_pg_us();
+                let mut rows = Vec::new();
+                let mut env = EvalEnv { params, row: &[], session: &*session, sleep_us: 0 };
+                select.eval_rows(&mut env, &mut |row: &[Value]| {
+                    rows.push(row.to_vec());
+                    Ok(())
+                })?;
+                if env.sleep_us > 0 {
+                    cx.cancel.sleep(Duration::from_micros(env.sleep_us)).await?;
+                }
+                let _ = formats;
+                return Ok(Some(rows));
+            }
+            Plan::Set { name, value, local } => {
+                if *local && !in_block {
+                    backend::write_notice(cx.out, &warning(SqlState::NO_ACTIVE_SQL_TRANSACTION, "SET LOCAL can only be used in transaction blocks"));
+                }
+                session.settings.set(name, value.as_deref(), *local, in_block, &mut session.reports)?;
+                "SET"
+            }
+            Plan::Show(name) => {
+                let value = session.settings.get(name).ok_or_else(|| {
+                    PgError::new(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
+                })?;
+                return Ok(Some(vec![vec![Value::Text(value.to_string())]]));
+            }
+            Plan::ShowAll => {
+                let rows = session
+                    .settings
+                    .all()
+                    .map(|(n, v, d)| vec![Value::Text(n.to_string()), Value::Text(v.to_string()), Value::Text(d.to_string())])
+                    .collect();
+                return Ok(Some(rows));
+            }
+            Plan::Reset(None) => {
+                session.settings.reset_all(&mut session.reports);
+                "RESET"
+            }
+            Plan::Reset(Some(name)) => {
+                session.settings.set(name, None, false, in_block, &mut session.reports)?;
+                "RESET"
+            }
+            Plan::Begin { tag, modes } => {
+                if in_block {
+                    backend::write_notice(cx.out, &warning(SqlState::ACTIVE_SQL_TRANSACTION, "there is already a transaction in progress"));
+                } else {
+                    *cx.tx = TransactionStatus::InBlock;
+                }
+                for (name, value) in modes {
+                    session.settings.set(name, Some(value), true, true, &mut session.reports)?;
+                }
+                tag
+            }
+            Plan::Commit => {
+                let tag = if *cx.tx == TransactionStatus::Failed { "ROLLBACK" } else { "COMMIT" };
+                if !in_block {
+                    backend::write_notice(cx.out, &warning(SqlState::NO_ACTIVE_SQL_TRANSACTION, "there is no transaction in progress"));
+                }
+                session.settings.end_transaction(tag == "COMMIT", &mut session.reports);
+                *cx.tx = TransactionStatus::Idle;
+                tag
+            }
+            Plan::Rollback => {
+                if !in_block {
+                    backend::write_notice(cx.out, &warning(SqlState::NO_ACTIVE_SQL_TRANSACTION, "there is no transaction in progress"));
+                }
+                session.settings.end_transaction(false, &mut session.reports);
+                *cx.tx = TransactionStatus::Idle;
+                "ROLLBACK"
+            }
+            Plan::DiscardAll => {
+                if in_block {
+                    return Err(PgError::new(SqlState::ACTIVE_SQL_TRANSACTION, "DISCARD ALL cannot run inside a transaction block"));
+                }
+                session.settings.reset_all(&mut session.reports);
+                cx.statements.clear();
+                *cx.close_all_portals = true;
+                "DISCARD ALL"
+            }
+            Plan::Deallocate(None) => {
+                cx.statements.clear();
+                "DEALLOCATE ALL"
+            }
+            Plan::Deallocate(Some(name)) => {
+                if !cx.statements.remove(name) {
+                    return Err(PgError::new(SqlState::INVALID_SQL_STATEMENT_NAME, format!("prepared statement \"{name}\" does not exist")));
+                }
+                "DEALLOCATE"
+            }
+        };
+        backend::write_command_complete(cx.out, tag);
+        Ok(None)
+    }
+
+    fn prepare(&self, stmt: Option<&Statement>, mut param_types: Vec<Type>) -> Result<Prepared, PgError> {
+        let Some(stmt) = stmt else {
+            return Ok(Prepared { plan: Plan::Empty, param_types, columns: vec![] });
+        };
+        let (plan, columns) = plan_statement(stmt, &mut param_types)?;
+        for t in param_types.iter_mut() {
+            if t.scalar == Scalar::Unknown {
+                // PostgreSQL resolves a parameter nothing constrains to text.
+                t.scalar = Scalar::Text;
+            }
+        }
+        Ok(Prepared { plan, param_types, columns })
+    }
+}
+
+/// The command tag of a finished row-returning statement.
+fn select_tag(plan: &Plan, rows: usize) -> String {
+    match plan {
+        Plan::Show(_) | Plan::ShowAll => "SHOW".to_string(),
+        _ => format!("SELECT {rows}"),
+    }
+}
+
+impl Engine for Frontend {
+    type Session = Session;
+    type Statement = Prepared;
+    type Portal = Portal;
+
+    fn open_session(&self, start: &SessionStart<'_>) -> Result<Session, PgError> {
+        let mut settings = Settings::new(start.user);
+        for (name, value) in start.params.iter() {
+            match name {
+                "user" | "database" | "replication" => {}
+                "options" => {
+                    for (k, v) in parse_options(value)? {
+                        settings.apply_startup(&k, &v)?;
+                    }
+                }
+                name if name.starts_with("_pq_.") => {}
+                name => settings.apply_startup(name, value)?,
+            }
+        }
+        Ok(Session {
+            settings,
+            reports: Vec::new(),
+            user: start.user.to_string(),
+            database: start.database.to_string(),
+            process_id: start.process_id,
+            statement_timestamp_us: 0,
+        })
+    }
+
+    fn write_startup_parameters(&self, session: &Session, out: &mut Vec<u8>) {
+        for (name, value) in session.settings.reported() {
+            backend::write_parameter_status(out, name, value);
+        }
+    }
+
+    async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError> {
+        let statements = parse_sql(sql)?;
+        if statements.is_empty() {
+            backend::write_empty_query_response(cx.out);
+            return Ok(());
+        }
+        for stmt in &statements {
+            if *cx.tx == TransactionStatus::Failed {
+                let (plan, _) = plan_statement(stmt, &mut Vec::new()).unwrap_or((Plan::Empty, vec![]));
+                if !is_transaction_exit(&plan) {
+                    return Err(aborted());
+                }
+            }
+            let prepared = self.prepare(Some(stmt), Vec::new())?;
+            if !prepared.param_types.is_empty() {
+                return Err(PgError::new(SqlState(*b"42P02"), "there is no parameter $1"));
+            }
+            let formats = vec![Format::Text; prepared.columns.len()];
+            if let Some(rows) = self.run(cx, &prepared, &[], &formats).await? {
+                write_row_description(&prepared.columns, &formats, cx.out);
+                let ctx = cx.session.settings.text_context();
+                for row in &rows {
+                    write_data_row(row, &prepared.columns, &formats, ctx, cx.out);
+                }
+                backend::write_command_complete(cx.out, &select_tag(&prepared.plan, rows.len()));
+            }
+        }
+        Ok(())
+    }
+
+    fn parse(&self, cx: &mut Cx<'_, Self>, sql: &str, param_oids: Oids<'_>) -> Result<Prepared, PgError> {
+        let statements = parse_sql(sql)?;
+        if statements.len() > 1 {
+            return Err(PgError::new(SqlState::SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement"));
+        }
+        let mut param_types = Vec::with_capacity(param_oids.len());
+        for oid in param_oids.iter() {
+            let ty = if oid == 0 {
+                Type { scalar: Scalar::Unknown, array: false }
+            } else {
+                Type::from_oid(oid).ok_or_else(|| {
+                    PgError::new(SqlState::FEATURE_NOT_SUPPORTED, format!("parameter type with OID {oid} is not supported by ringwire"))
+                })?
+            };
+            param_types.push(ty);
+        }
+        let prepared = self.prepare(statements.first(), param_types)?;
+        if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
+            return Err(aborted());
+        }
+        Ok(prepared)
+    }
+
+    fn describe_statement(&self, statement: &Prepared, out: &mut Vec<u8>) {
+        let oids: Vec<u32> = statement.param_types.iter().map(|t| t.oid()).collect();
+        backend::write_parameter_description(out, &oids);
+        if statement.columns.is_empty() {
+            backend::write_no_data(out);
+        } else {
+            write_row_description(&statement.columns, &[], out);
+        }
+    }
+
+    fn bind(&self, cx: &mut Cx<'_, Self>, statement: &Rc<Prepared>, bind: &Bind<'_>) -> Result<Portal, PgError> {
+        if bind.param_count() != statement.param_types.len() {
+            return Err(PgError::new(
+                SqlState::PROTOCOL_VIOLATION,
+                format!(
+                    "bind message supplies {} parameters, but prepared statement \"{}\" requires {}",
+                    bind.param_count(),
+                    bind.statement,
+                    statement.param_types.len()
+                ),
+            ));
+        }
+        if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&statement.plan) {
+            return Err(aborted());
+        }
+        let ctx = cx.session.settings.text_context();
+        let mut params = Vec::with_capacity(bind.param_count());
+        for (i, raw) in bind.params().enumerate() {
+            let ty = statement.param_types[i];
+            let value = match raw {
+                None => Value::Null,
+                Some(bytes) => match bind.param_format(i) {
+                    Format::Text => text::decode(ty, bytes, ctx)?,
+                    Format::Binary => binary::decode(ty, bytes).map_err(|_| {
+                        PgError::new(SqlState::INVALID_BINARY_REPRESENTATION, format!("incorrect binary data format in bind parameter {}", i + 1))
+                    })?,
+                },
+            };
+            params.push(value);
+        }
+        let columns = statement.columns.len();
+        let n = bind.result_format_count();
+        if n > 1 && n != columns {
+            return Err(PgError::new(
+                SqlState::PROTOCOL_VIOLATION,
+                format!("bind message has {n} result formats but query has {columns} columns"),
+            ));
+        }
+        let formats = (0..columns).map(|i| bind.result_format(i)).collect();
+        Ok(Portal { statement: statement.clone(), params, formats, rows: None, next_row: 0, done: false })
+    }
+
+    fn describe_portal(&self, portal: &Portal, out: &mut Vec<u8>) {
+        if portal.statement.columns.is_empty() {
+            backend::write_no_data(out);
+        } else {
+            write_row_description(&portal.statement.columns, &portal.formats, out);
+        }
+    }
+
+    async fn execute(&self, cx: &mut Cx<'_, Self>, portal: &mut Portal, max_rows: u32) -> Result<Execution, PgError> {
+        if portal.done {
+            // A finished portal runs again as an empty result, as PostgreSQL's does.
+            if !portal.statement.columns.is_empty() {
+                backend::write_command_complete(cx.out, &select_tag(&portal.statement.plan, 0));
+            }
+            return Ok(Execution::Complete);
+        }
+        if portal.rows.is_none() {
+            let statement = portal.statement.clone();
+            match self.run(cx, &statement, &portal.params, &portal.formats).await? {
+                Some(rows) => portal.rows = Some(rows),
+                None => {
+                    portal.done = true;
+                    return Ok(Execution::Complete);
+                }
+            }
+        }
+        let rows = portal.rows.as_ref().expect("rows computed above");
+        let ctx = cx.session.settings.text_context();
+        let end = if max_rows == 0 { rows.len() } else { (portal.next_row + max_rows as usize).min(rows.len()) };
+        for row in &rows[portal.next_row..end] {
+            write_data_row(row, &portal.statement.columns, &portal.formats, ctx, cx.out);
+        }
+        let sent = end - portal.next_row;
+        portal.next_row = end;
+        if end < rows.len() {
+            return Ok(Execution::Suspended);
+        }
+        // PostgreSQL's tag counts the rows of this Execute call for a resumed portal.
+        let _ = sent;
+        backend::write_command_complete(cx.out, &select_tag(&portal.statement.plan, end));
+        portal.done = true;
+        Ok(Execution::Complete)
+    }
+
+    fn end_of_cycle(&self, session: &mut Session, tx: TransactionStatus, error_in_cycle: bool, out: &mut Vec<u8>) {
+        if tx == TransactionStatus::Idle {
+            session.settings.end_transaction(!error_in_cycle, &mut session.reports);
+        }
+        for (name, value) in session.reports.drain(..) {
+            backend::write_parameter_status(out, name, &value);
+        }
+    }
+}
+
+/// The `options` startup parameter: `-c name=value` and `--name=value`, space separated,
+/// backslash escaping a space.
+fn parse_options(options: &str) -> Result<Vec<(String, String)>, PgError> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => cur.extend(chars.next()),
+            c if c.is_whitespace() => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    let mut out = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        let assignment = if w == "-c" {
+            it.next()
+        } else if let Some(rest) = w.strip_prefix("--") {
+            Some(rest.to_string())
+        } else if let Some(rest) = w.strip_prefix("-c") {
+            Some(rest.to_string())
+        } else {
+            None
+        };
+        let Some((k, v)) = assignment.as_deref().and_then(|a| a.split_once('=')) else {
+            return Err(PgError::fatal(SqlState::PROTOCOL_VIOLATION, format!("invalid command-line argument for server process: {w}"))
+                .with_hint("Try \"ringwire --help\" for more information."));
+        };
+        out.push((k.replace('-', "_"), v.to_string()));
+    }
+    Ok(out)
+}
