@@ -436,6 +436,11 @@ impl<E: Engine> Conn<E> {
                 _ => return Ok(Flow::Continue),
             }
         }
+        if let (Some(canned), FrontendMessage::Query { .. }) = (&self.shard.wire_floor_reply, &msg) {
+            // Benchmark floor: same shards, framing and parsing, no SQL (see ServerConfig).
+            out.extend_from_slice(canned);
+            return Ok(Flow::Continue);
+        }
         let engine = &self.shard.engine;
         match msg {
             FrontendMessage::Query { sql } => {

@@ -36,6 +36,8 @@ pub(crate) struct Shard<E: Engine> {
     cancel_mesh: Vec<flume::Sender<CancelMessage>>,
     next_serial: Cell<u32>,
     pub open_connections: Arc<AtomicUsize>,
+    /// With `ServerConfig::wire_floor`: the prebuilt reply to every Query.
+    pub wire_floor_reply: Option<Vec<u8>>,
 }
 
 impl<E: Engine> Shard<E> {
@@ -50,6 +52,7 @@ impl<E: Engine> Shard<E> {
         Shard {
             id,
             engine,
+            wire_floor_reply: config.wire_floor.then(wire_floor_reply),
             config,
             cancels: RefCell::new(HashMap::new()),
             cancel_mesh,
@@ -126,6 +129,29 @@ impl<E: Engine> Shard<E> {
     pub fn connection_closed(&self) {
         self.open_connections.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// The reply to `SELECT * FROM t` over a one-row, one-int4-column table, as PostgreSQL sends
+/// it: what the wire-floor benchmark answers to every Query.
+fn wire_floor_reply() -> Vec<u8> {
+    use protocol::backend::{self, DataRowWriter, FieldDescription, TransactionStatus};
+    let mut out = Vec::new();
+    let field = FieldDescription {
+        name: "a",
+        table_oid: 0,
+        column_id: 0,
+        type_oid: 23,
+        type_len: 4,
+        type_modifier: -1,
+        format: protocol::Format::Text,
+    };
+    backend::write_row_description(&mut out, &[field]);
+    let mut row = DataRowWriter::begin(&mut out);
+    row.value(b"1");
+    row.finish();
+    backend::write_command_complete(&mut out, "SELECT 1");
+    backend::write_ready_for_query(&mut out, TransactionStatus::Idle);
+    out
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
