@@ -199,11 +199,11 @@ fn transaction_modes(modes: &[ast::TransactionMode]) -> Vec<(String, String)> {
 }
 
 /// Plan one statement. `params` holds the parameter types from Parse and receives inferred ones.
-fn plan_statement(stmt: &Statement, params: &mut Vec<Type>) -> Result<(Plan, Vec<(String, Type)>), PgError> {
+fn plan_statement(stmt: &Statement, params: &mut Vec<Type>, source: &str) -> Result<(Plan, Vec<(String, Type)>), PgError> {
     let text_col = |name: &str| vec![(name.to_string(), Type { scalar: Scalar::Text, array: false })];
     Ok(match stmt {
         Statement::Query(query) => {
-            let mut ctx = PlanCtx { params, columns: None };
+            let mut ctx = PlanCtx::new(params, source);
             let select = expr::plan_const_select(query, &mut ctx)?;
             let columns = select.columns.clone();
             (Plan::Select(select), columns)
@@ -427,11 +427,11 @@ impl Frontend {
         Ok(None)
     }
 
-    fn prepare(&self, stmt: Option<&Statement>, mut param_types: Vec<Type>) -> Result<Prepared, PgError> {
+    fn prepare(&self, stmt: Option<&Statement>, mut param_types: Vec<Type>, source: &str) -> Result<Prepared, PgError> {
         let Some(stmt) = stmt else {
             return Ok(Prepared { plan: Plan::Empty, param_types, columns: vec![] });
         };
-        let (plan, columns) = plan_statement(stmt, &mut param_types)?;
+        let (plan, columns) = plan_statement(stmt, &mut param_types, source)?;
         for t in param_types.iter_mut() {
             if t.scalar == Scalar::Unknown {
                 // PostgreSQL resolves a parameter nothing constrains to text.
@@ -493,12 +493,12 @@ impl Engine for Frontend {
         }
         for stmt in &statements {
             if *cx.tx == TransactionStatus::Failed {
-                let (plan, _) = plan_statement(stmt, &mut Vec::new()).unwrap_or((Plan::Empty, vec![]));
+                let (plan, _) = plan_statement(stmt, &mut Vec::new(), sql).unwrap_or((Plan::Empty, vec![]));
                 if !is_transaction_exit(&plan) {
                     return Err(aborted());
                 }
             }
-            let prepared = self.prepare(Some(stmt), Vec::new())?;
+            let prepared = self.prepare(Some(stmt), Vec::new(), sql)?;
             if !prepared.param_types.is_empty() {
                 return Err(PgError::new(SqlState(*b"42P02"), "there is no parameter $1"));
             }
@@ -531,7 +531,7 @@ impl Engine for Frontend {
             };
             param_types.push(ty);
         }
-        let prepared = self.prepare(statements.first(), param_types)?;
+        let prepared = self.prepare(statements.first(), param_types, sql)?;
         if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
             return Err(aborted());
         }

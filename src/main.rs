@@ -56,6 +56,11 @@ struct Cli {
     #[arg(long, default_value_t = 60)]
     startup_timeout_secs: u64,
 
+    /// Benchmark only: answer every simple Query with the prebuilt reply of a one-row
+    /// `SELECT * FROM t`, bypassing SQL. This is the "wire floor" the full path is compared to.
+    #[arg(long, hide = true)]
+    wire_floor: bool,
+
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: log::LevelFilter,
@@ -108,7 +113,7 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
         users,
         io_memory_bytes: cli.io_memory_bytes,
         startup_timeout: Duration::from_secs(cli.startup_timeout_secs),
-        wire_floor: false,
+        wire_floor: cli.wire_floor,
     })
 }
 

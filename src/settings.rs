@@ -128,13 +128,13 @@ impl Settings {
             return Err(unrecognized(name));
         };
         let def = &DEFS[i];
+        if def.kind == Kind::ReadOnly {
+            return Err(PgError::new(SqlState::CANT_CHANGE_RUNTIME_PARAM, format!("parameter \"{}\" cannot be changed", def.name)));
+        }
         let canonical = match value {
             None => def.default.to_string(),
             Some(v) => validate(def, v)?,
         };
-        if def.kind == Kind::ReadOnly {
-            return Err(PgError::new(SqlState::CANT_CHANGE_RUNTIME_PARAM, format!("parameter \"{}\" cannot be changed", def.name)));
-        }
         let before = self.get(def.name).map(str::to_string);
         if local {
             if in_block {
@@ -151,12 +151,11 @@ impl Settings {
 
     /// `RESET ALL`.
     pub fn reset_all(&mut self, reports: &mut Vec<(&'static str, String)>) {
-        for (i, def) in DEFS.iter().enumerate() {
+        for def in DEFS {
             if def.kind != Kind::ReadOnly && def.name != "transaction_isolation" && def.name != "transaction_read_only" {
                 let _ = self.set(def.name, None, false, false, reports);
             }
         }
-        let _ = DEFS.len();
         self.custom.clear();
     }
 

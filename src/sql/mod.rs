@@ -1,0 +1,2 @@
+//! SQL expressions: planning with PostgreSQL typing rules, then evaluation.
+pub mod expr;
