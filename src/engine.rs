@@ -6,6 +6,8 @@
 //! as another [`Plan`] variant.
 
 use std::rc::Rc;
+
+use bumpalo::Bump;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use protocol::backend::{self, DataRowWriter, FieldDescription, TransactionStatus};
@@ -285,11 +287,10 @@ fn warning(code: SqlState, message: &'static str) -> PgError {
     PgError { severity: Severity::Warning, ..PgError::new(code, message) }
 }
 
-fn write_row_description(columns: &[(String, Type)], formats: &[Format], out: &mut Vec<u8>) {
-    let fields: Vec<FieldDescription<'_>> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, (name, ty))| FieldDescription {
+/// RowDescription for `columns`; the field list is staged in the per-query arena.
+fn write_row_description(columns: &[(String, Type)], formats: &[Format], arena: &Bump, out: &mut Vec<u8>) {
+    let fields = bumpalo::collections::Vec::from_iter_in(
+        columns.iter().enumerate().map(|(i, (name, ty))| FieldDescription {
             name,
             table_oid: 0,
             column_id: 0,
@@ -297,8 +298,9 @@ fn write_row_description(columns: &[(String, Type)], formats: &[Format], out: &m
             type_len: ty.typlen(),
             type_modifier: -1,
             format: formats.get(i).copied().unwrap_or(Format::Text),
-        })
-        .collect();
+        }),
+        arena,
+    );
     backend::write_row_description(out, &fields);
 }
 
@@ -318,15 +320,28 @@ fn write_data_row(row: &[Value], columns: &[(String, Type)], formats: &[Format],
     w.finish();
 }
 
+/// Where a row-returning statement's rows go.
+enum RowSink<'r> {
+    /// Encode each row as a DataRow into the write buffer as it is produced (nothing staged).
+    Write { formats: &'r [Format] },
+    /// Keep the rows: a portal executed with `max_rows` hands them out over several Executes.
+    Collect(&'r mut Vec<Vec<Value>>),
+}
+
 impl Frontend {
     /// Run a planned statement to completion (rows included), writing everything but the
     /// RowDescription (simple protocol writes that first; extended writes it at Describe).
-    async fn run(&self, cx: &mut Cx<'_, Self>, prepared: &Prepared, params: &[Value], formats: &[Format]) -> Result<Option<Vec<Vec<Value>>>, PgError> {
+    async fn run(&self, cx: &mut Cx<'_, Self>, prepared: &Prepared, params: &[Value], mut sink: RowSink<'_>) -> Result<Option<u64>, PgError> {
         let session = &mut *cx.session;
         if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
             return Err(aborted());
         }
         let in_block = *cx.tx != TransactionStatus::Idle;
+        let mark = cx.out.len();
+        let mut emit = |row: &[Value], out: &mut Vec<u8>, ctx: &TextContext| match &mut sink {
+            RowSink::Write { formats } => write_data_row(row, &prepared.columns, formats, ctx, out),
+            RowSink::Collect(rows) => rows.push(row.to_vec()),
+        };
         let tag: &str = match &prepared.plan {
             Plan::Empty => {
                 backend::write_empty_query_response(cx.out);
@@ -334,17 +349,37 @@ impl Frontend {
             }
             Plan::Select(select) => {
                 session.statement_timestamp_us = now_pg_us();
-                let mut rows = Vec::new();
-                let mut env = EvalEnv { params, row: &[], session: &*session, sleep_us: 0 };
-                select.eval_rows(&mut env, &mut |row: &[Value]| {
-                    rows.push(row.to_vec());
+                let session = &*session;
+                let ctx = session.settings.text_context();
+                let out = &mut *cx.out;
+                let mut env = EvalEnv { params, row: &[], session, sleep_us: 0 };
+                let produced = select.eval_rows(&mut env, &mut |row: &[Value]| {
+                    emit(row, out, ctx);
                     Ok(())
+                });
+                let produced = match produced {
+                    Ok(n) if env.sleep_us > 0 => cx.cancel.sleep(Duration::from_micros(env.sleep_us)).await.map(|()| n),
+                    other => other,
+                };
+                // A statement that fails sends none of its rows.
+                return produced.map(Some).inspect_err(|_| cx.out.truncate(mark));
+            }
+            Plan::Show(name) => {
+                let value = session.settings.get(name).ok_or_else(|| {
+                    PgError::new(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
                 })?;
-                if env.sleep_us > 0 {
-                    cx.cancel.sleep(Duration::from_micros(env.sleep_us)).await?;
+                emit(&[Value::Text(value.to_string())], cx.out, session.settings.text_context());
+                return Ok(Some(1));
+            }
+            Plan::ShowAll => {
+                let ctx = session.settings.text_context();
+                let mut n = 0;
+                for (name, value, description) in session.settings.all() {
+                    let row = [Value::Text(name.to_string()), Value::Text(value.to_string()), Value::Text(description.to_string())];
+                    emit(&row, cx.out, ctx);
+                    n += 1;
                 }
-                let _ = formats;
-                return Ok(Some(rows));
+                return Ok(Some(n));
             }
             Plan::Set { name, value, local } => {
                 if *local && !in_block {
@@ -352,20 +387,6 @@ impl Frontend {
                 }
                 session.settings.set(name, value.as_deref(), *local, in_block, &mut session.reports)?;
                 "SET"
-            }
-            Plan::Show(name) => {
-                let value = session.settings.get(name).ok_or_else(|| {
-                    PgError::new(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
-                })?;
-                return Ok(Some(vec![vec![Value::Text(value.to_string())]]));
-            }
-            Plan::ShowAll => {
-                let rows = session
-                    .settings
-                    .all()
-                    .map(|(n, v, d)| vec![Value::Text(n.to_string()), Value::Text(v.to_string()), Value::Text(d.to_string())])
-                    .collect();
-                return Ok(Some(rows));
             }
             Plan::Reset(None) => {
                 session.settings.reset_all(&mut session.reports);
@@ -443,7 +464,7 @@ impl Frontend {
 }
 
 /// The command tag of a finished row-returning statement.
-fn select_tag(plan: &Plan, rows: usize) -> String {
+fn select_tag(plan: &Plan, rows: u64) -> String {
     match plan {
         Plan::Show(_) | Plan::ShowAll => "SHOW".to_string(),
         _ => format!("SELECT {rows}"),
@@ -502,14 +523,19 @@ impl Engine for Frontend {
             if !prepared.param_types.is_empty() {
                 return Err(PgError::new(SqlState(*b"42P02"), "there is no parameter $1"));
             }
-            let formats = vec![Format::Text; prepared.columns.len()];
-            if let Some(rows) = self.run(cx, &prepared, &[], &formats).await? {
-                write_row_description(&prepared.columns, &formats, cx.out);
-                let ctx = cx.session.settings.text_context();
-                for row in &rows {
-                    write_data_row(row, &prepared.columns, &formats, ctx, cx.out);
+            if prepared.columns.is_empty() {
+                self.run(cx, &prepared, &[], RowSink::Write { formats: &[] }).await?;
+                continue;
+            }
+            // RowDescription goes first; if the statement then fails, none of it is sent.
+            let mark = cx.out.len();
+            write_row_description(&prepared.columns, &[], cx.arena, cx.out);
+            match self.run(cx, &prepared, &[], RowSink::Write { formats: &[] }).await {
+                Ok(rows) => backend::write_command_complete(cx.out, &select_tag(&prepared.plan, rows.unwrap_or(0))),
+                Err(e) => {
+                    cx.out.truncate(mark);
+                    return Err(e);
                 }
-                backend::write_command_complete(cx.out, &select_tag(&prepared.plan, rows.len()));
             }
         }
         Ok(())
@@ -538,13 +564,13 @@ impl Engine for Frontend {
         Ok(prepared)
     }
 
-    fn describe_statement(&self, statement: &Prepared, out: &mut Vec<u8>) {
+    fn describe_statement(&self, statement: &Prepared, arena: &Bump, out: &mut Vec<u8>) {
         let oids: Vec<u32> = statement.param_types.iter().map(|t| t.oid()).collect();
         backend::write_parameter_description(out, &oids);
         if statement.columns.is_empty() {
             backend::write_no_data(out);
         } else {
-            write_row_description(&statement.columns, &[], out);
+            write_row_description(&statement.columns, &[], arena, out);
         }
     }
 
@@ -590,11 +616,11 @@ impl Engine for Frontend {
         Ok(Portal { statement: statement.clone(), params, formats, rows: None, next_row: 0, done: false })
     }
 
-    fn describe_portal(&self, portal: &Portal, out: &mut Vec<u8>) {
+    fn describe_portal(&self, portal: &Portal, arena: &Bump, out: &mut Vec<u8>) {
         if portal.statement.columns.is_empty() {
             backend::write_no_data(out);
         } else {
-            write_row_description(&portal.statement.columns, &portal.formats, out);
+            write_row_description(&portal.statement.columns, &portal.formats, arena, out);
         }
     }
 
@@ -606,31 +632,34 @@ impl Engine for Frontend {
             }
             return Ok(Execution::Complete);
         }
+        let statement = portal.statement.clone();
         if portal.rows.is_none() {
-            let statement = portal.statement.clone();
-            match self.run(cx, &statement, &portal.params, &portal.formats).await? {
-                Some(rows) => portal.rows = Some(rows),
-                None => {
-                    portal.done = true;
-                    return Ok(Execution::Complete);
+            if max_rows == 0 || statement.columns.is_empty() {
+                // All rows in one go: encode them straight into the write buffer.
+                let rows = self.run(cx, &statement, &portal.params, RowSink::Write { formats: &portal.formats }).await?;
+                portal.done = true;
+                if let Some(n) = rows {
+                    backend::write_command_complete(cx.out, &select_tag(&statement.plan, n));
                 }
+                return Ok(Execution::Complete);
             }
+            let mut rows = Vec::new();
+            self.run(cx, &statement, &portal.params, RowSink::Collect(&mut rows)).await?;
+            portal.rows = Some(rows);
         }
         let rows = portal.rows.as_ref().expect("rows computed above");
         let ctx = cx.session.settings.text_context();
         let end = if max_rows == 0 { rows.len() } else { (portal.next_row + max_rows as usize).min(rows.len()) };
         for row in &rows[portal.next_row..end] {
-            write_data_row(row, &portal.statement.columns, &portal.formats, ctx, cx.out);
+            write_data_row(row, &statement.columns, &portal.formats, ctx, cx.out);
         }
         let sent = end - portal.next_row;
         portal.next_row = end;
         if end < rows.len() {
             return Ok(Execution::Suspended);
         }
-        // PostgreSQL's tag counts the rows of this Execute call for a resumed portal.
-        let _ = sent;
-        backend::write_command_complete(cx.out, &select_tag(&portal.statement.plan, end));
         portal.done = true;
+        backend::write_command_complete(cx.out, &select_tag(&statement.plan, sent as u64));
         Ok(Execution::Complete)
     }
 

@@ -494,11 +494,11 @@ impl<E: Engine> Conn<E> {
                 }
             }
             FrontendMessage::Describe { target: Target::Statement, name } => match self.statements.get(name) {
-                Some(statement) => engine.describe_statement(statement, out),
+                Some(statement) => engine.describe_statement(statement, &self.arena, out),
                 None => self.fail_extended(out, no_statement(name)),
             },
             FrontendMessage::Describe { target: Target::Portal, name } => match self.portals.get(name) {
-                Some(portal) => engine.describe_portal(portal, out),
+                Some(portal) => engine.describe_portal(portal, &self.arena, out),
                 None => self.fail_extended(out, no_portal(name)),
             },
             FrontendMessage::Execute { portal, max_rows } => {

@@ -130,12 +130,12 @@ pub trait Engine: 'static {
     fn parse(&self, cx: &mut Cx<'_, Self>, sql: &str, param_types: Oids<'_>) -> Result<Self::Statement, PgError>;
 
     /// Append ParameterDescription and then RowDescription (or NoData).
-    fn describe_statement(&self, statement: &Self::Statement, out: &mut Vec<u8>);
+    fn describe_statement(&self, statement: &Self::Statement, arena: &Bump, out: &mut Vec<u8>);
 
     fn bind(&self, cx: &mut Cx<'_, Self>, statement: &Rc<Self::Statement>, bind: &Bind<'_>) -> Result<Self::Portal, PgError>;
 
     /// Append RowDescription (with the result formats chosen at Bind) or NoData.
-    fn describe_portal(&self, portal: &Self::Portal, out: &mut Vec<u8>);
+    fn describe_portal(&self, portal: &Self::Portal, arena: &Bump, out: &mut Vec<u8>);
 
     /// Called just before every ReadyForQuery. `tx` is the status about to be reported;
     /// `error_in_cycle` says whether an error was reported since the last ReadyForQuery (an
