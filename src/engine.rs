@@ -26,11 +26,18 @@ use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo};
 pub enum Plan {
     Empty,
     Select(ConstSelect),
-    Set { name: String, value: Option<String>, local: bool },
+    Set {
+        name: String,
+        value: Option<String>,
+        local: bool,
+    },
     Show(String),
     ShowAll,
     Reset(Option<String>),
-    Begin { tag: &'static str, modes: Vec<(String, String)> },
+    Begin {
+        tag: &'static str,
+        modes: Vec<(String, String)>,
+    },
     Commit,
     Rollback,
     DiscardAll,
@@ -88,7 +95,9 @@ impl SessionInfo for Session {
 /// Microseconds since 2000-01-01 UTC (PostgreSQL's epoch).
 fn now_pg_us() -> i64 {
     const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
-    let since_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let since_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     since_unix.as_micros() as i64 - PG_EPOCH_UNIX_SECS * 1_000_000
 }
 
@@ -112,19 +121,32 @@ fn syntax_error(sql: &str, e: ParserError) -> PgError {
     let msg = match &e {
         ParserError::TokenizerError(m) | ParserError::ParserError(m) => m.clone(),
         ParserError::RecursionLimitExceeded => {
-            return PgError::new(SqlState::PROGRAM_LIMIT_EXCEEDED, "stack depth limit exceeded")
-                .with_hint("The statement is nested too deeply.")
+            return PgError::new(
+                SqlState::PROGRAM_LIMIT_EXCEEDED,
+                "stack depth limit exceeded",
+            )
+            .with_hint("The statement is nested too deeply.")
         }
     };
     // sqlparser says "Expected: X, found: TOKEN at Line: L, Column: C".
-    let found = msg.split("found: ").nth(1).map(|rest| rest.split(" at Line: ").next().unwrap_or(rest).trim().to_string());
+    let found = msg.split("found: ").nth(1).map(|rest| {
+        rest.split(" at Line: ")
+            .next()
+            .unwrap_or(rest)
+            .trim()
+            .to_string()
+    });
     let position = line_col(&msg).map(|(line, col)| char_offset(sql, line, col));
     match found.as_deref() {
         Some("EOF") | None if position.is_none() || found.as_deref() == Some("EOF") => {
-            PgError::new(SqlState::SYNTAX_ERROR, "syntax error at end of input").with_position(sql.chars().count() as u32 + 1)
+            PgError::new(SqlState::SYNTAX_ERROR, "syntax error at end of input")
+                .with_position(sql.chars().count() as u32 + 1)
         }
         Some(token) => {
-            let mut err = PgError::new(SqlState::SYNTAX_ERROR, format!("syntax error at or near \"{}\"", token.trim_matches('\'')));
+            let mut err = PgError::new(
+                SqlState::SYNTAX_ERROR,
+                format!("syntax error at or near \"{}\"", token.trim_matches('\'')),
+            );
             if let Some(p) = position {
                 err = err.with_position(p);
             }
@@ -154,7 +176,10 @@ fn char_offset(sql: &str, line: usize, col: usize) -> u32 {
 }
 
 fn unsupported(what: &str) -> PgError {
-    PgError::new(SqlState::FEATURE_NOT_SUPPORTED, format!("{what} is not supported by ringwire yet"))
+    PgError::new(
+        SqlState::FEATURE_NOT_SUPPORTED,
+        format!("{what} is not supported by ringwire yet"),
+    )
 }
 
 /// Render a SET value list the way PostgreSQL stores it: string literals unquoted, identifiers
@@ -164,15 +189,31 @@ fn set_value_text(values: &[ast::Expr]) -> Result<Option<String>, PgError> {
     for v in values {
         let text = match v {
             ast::Expr::Value(val) => match &val.value {
-                ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) | ast::Value::EscapedStringLiteral(s) => s.clone(),
+                ast::Value::SingleQuotedString(s)
+                | ast::Value::DoubleQuotedString(s)
+                | ast::Value::EscapedStringLiteral(s) => s.clone(),
                 ast::Value::Number(n, _) => n.to_string(),
                 ast::Value::Boolean(b) => if *b { "on" } else { "off" }.to_string(),
                 other => other.to_string(),
             },
-            ast::Expr::Identifier(id) if id.value.eq_ignore_ascii_case("default") && values.len() == 1 => return Ok(None),
+            ast::Expr::Identifier(id)
+                if id.value.eq_ignore_ascii_case("default") && values.len() == 1 =>
+            {
+                return Ok(None)
+            }
             ast::Expr::Identifier(id) => id.value.clone(),
-            ast::Expr::UnaryOp { op: ast::UnaryOperator::Minus, expr } => format!("-{}", set_value_text(std::slice::from_ref(expr))?.unwrap_or_default()),
-            ast::Expr::CompoundIdentifier(ids) => ids.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join("."),
+            ast::Expr::UnaryOp {
+                op: ast::UnaryOperator::Minus,
+                expr,
+            } => format!(
+                "-{}",
+                set_value_text(std::slice::from_ref(expr))?.unwrap_or_default()
+            ),
+            ast::Expr::CompoundIdentifier(ids) => ids
+                .iter()
+                .map(|i| i.value.as_str())
+                .collect::<Vec<_>>()
+                .join("."),
             other => other.to_string(),
         };
         parts.push(text);
@@ -194,15 +235,31 @@ fn transaction_modes(modes: &[ast::TransactionMode]) -> Vec<(String, String)> {
                 };
                 ("transaction_isolation".to_string(), level.to_string())
             }
-            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly) => ("transaction_read_only".into(), "on".into()),
-            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadWrite) => ("transaction_read_only".into(), "off".into()),
+            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly) => {
+                ("transaction_read_only".into(), "on".into())
+            }
+            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadWrite) => {
+                ("transaction_read_only".into(), "off".into())
+            }
         })
         .collect()
 }
 
 /// Plan one statement. `params` holds the parameter types from Parse and receives inferred ones.
-fn plan_statement(stmt: &Statement, params: &mut Vec<Type>, source: &str) -> Result<(Plan, Vec<(String, Type)>), PgError> {
-    let text_col = |name: &str| vec![(name.to_string(), Type { scalar: Scalar::Text, array: false })];
+fn plan_statement(
+    stmt: &Statement,
+    params: &mut Vec<Type>,
+    source: &str,
+) -> Result<(Plan, Vec<(String, Type)>), PgError> {
+    let text_col = |name: &str| {
+        vec![(
+            name.to_string(),
+            Type {
+                scalar: Scalar::Text,
+                array: false,
+            },
+        )]
+    };
     Ok(match stmt {
         Statement::Query(query) => {
             let mut ctx = PlanCtx::new(params, source);
@@ -211,55 +268,136 @@ fn plan_statement(stmt: &Statement, params: &mut Vec<Type>, source: &str) -> Res
             (Plan::Select(select), columns)
         }
         Statement::Set(set) => match set {
-            ast::Set::SingleAssignment { scope, variable, values, .. } => {
+            ast::Set::SingleAssignment {
+                scope,
+                variable,
+                values,
+                ..
+            } => {
                 let local = matches!(scope, Some(ast::ContextModifier::Local));
                 let name = variable.to_string();
-                (Plan::Set { name, value: set_value_text(values)?, local }, vec![])
+                (
+                    Plan::Set {
+                        name,
+                        value: set_value_text(values)?,
+                        local,
+                    },
+                    vec![],
+                )
             }
-            ast::Set::SetTimeZone { local, value } => {
-                (Plan::Set { name: "TimeZone".into(), value: set_value_text(std::slice::from_ref(value))?, local: *local }, vec![])
-            }
-            ast::Set::SetNames { charset_name, .. } => {
-                (Plan::Set { name: "client_encoding".into(), value: Some(charset_name.value.clone()), local: false }, vec![])
-            }
-            ast::Set::SetTransaction { modes, session, snapshot: None } => {
+            ast::Set::SetTimeZone { local, value } => (
+                Plan::Set {
+                    name: "TimeZone".into(),
+                    value: set_value_text(std::slice::from_ref(value))?,
+                    local: *local,
+                },
+                vec![],
+            ),
+            ast::Set::SetNames { charset_name, .. } => (
+                Plan::Set {
+                    name: "client_encoding".into(),
+                    value: Some(charset_name.value.clone()),
+                    local: false,
+                },
+                vec![],
+            ),
+            ast::Set::SetTransaction {
+                modes,
+                session,
+                snapshot: None,
+            } => {
                 let prefix = if *session { "default_" } else { "" };
                 let sets = transaction_modes(modes);
                 match sets.as_slice() {
-                    [(name, value)] => (Plan::Set { name: format!("{prefix}{name}"), value: Some(value.clone()), local: !*session }, vec![]),
+                    [(name, value)] => (
+                        Plan::Set {
+                            name: format!("{prefix}{name}"),
+                            value: Some(value.clone()),
+                            local: !*session,
+                        },
+                        vec![],
+                    ),
                     _ => return Err(unsupported("SET TRANSACTION with several modes")),
                 }
             }
             _ => return Err(unsupported(&format!("\"{set}\""))),
         },
         Statement::ShowVariable { variable } => {
-            let name = variable.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(" ");
+            let name = variable
+                .iter()
+                .map(|i| i.value.as_str())
+                .collect::<Vec<_>>()
+                .join(" ");
             let lower = name.to_ascii_lowercase();
             match lower.as_str() {
-                "all" => (Plan::ShowAll, vec![
-                    ("name".to_string(), Type { scalar: Scalar::Text, array: false }),
-                    ("setting".to_string(), Type { scalar: Scalar::Text, array: false }),
-                    ("description".to_string(), Type { scalar: Scalar::Text, array: false }),
-                ]),
+                "all" => (
+                    Plan::ShowAll,
+                    vec![
+                        (
+                            "name".to_string(),
+                            Type {
+                                scalar: Scalar::Text,
+                                array: false,
+                            },
+                        ),
+                        (
+                            "setting".to_string(),
+                            Type {
+                                scalar: Scalar::Text,
+                                array: false,
+                            },
+                        ),
+                        (
+                            "description".to_string(),
+                            Type {
+                                scalar: Scalar::Text,
+                                array: false,
+                            },
+                        ),
+                    ],
+                ),
                 "time zone" => (Plan::Show("TimeZone".into()), text_col("TimeZone")),
-                "transaction isolation level" => (Plan::Show("transaction_isolation".into()), text_col("transaction_isolation")),
+                "transaction isolation level" => (
+                    Plan::Show("transaction_isolation".into()),
+                    text_col("transaction_isolation"),
+                ),
                 _ => {
-                    let column = Settings::canonical_name(&name).map(str::to_string).unwrap_or_else(|| lower.clone());
+                    let column = Settings::canonical_name(&name)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| lower.clone());
                     (Plan::Show(name), text_col(&column))
                 }
             }
         }
         Statement::Reset(reset) => match &reset.reset {
             ast::Reset::ALL => (Plan::Reset(None), vec![]),
-            ast::Reset::ConfigurationParameter(name) => (Plan::Reset(Some(name.to_string())), vec![]),
-            ast::Reset::SessionAuthorization => (Plan::Reset(Some("session_authorization".into())), vec![]),
+            ast::Reset::ConfigurationParameter(name) => {
+                (Plan::Reset(Some(name.to_string())), vec![])
+            }
+            ast::Reset::SessionAuthorization => {
+                (Plan::Reset(Some("session_authorization".into())), vec![])
+            }
         },
-        Statement::StartTransaction { modes, begin, statements, .. } if statements.is_empty() => {
-            (Plan::Begin { tag: if *begin { "BEGIN" } else { "START TRANSACTION" }, modes: transaction_modes(modes) }, vec![])
-        }
+        Statement::StartTransaction {
+            modes,
+            begin,
+            statements,
+            ..
+        } if statements.is_empty() => (
+            Plan::Begin {
+                tag: if *begin { "BEGIN" } else { "START TRANSACTION" },
+                modes: transaction_modes(modes),
+            },
+            vec![],
+        ),
         Statement::Commit { chain: false, .. } => (Plan::Commit, vec![]),
-        Statement::Rollback { chain: false, savepoint: None } => (Plan::Rollback, vec![]),
-        Statement::Discard { object_type: ast::DiscardObject::ALL } => (Plan::DiscardAll, vec![]),
+        Statement::Rollback {
+            chain: false,
+            savepoint: None,
+        } => (Plan::Rollback, vec![]),
+        Statement::Discard {
+            object_type: ast::DiscardObject::ALL,
+        } => (Plan::DiscardAll, vec![]),
         Statement::Deallocate { name, .. } => {
             if name.value.eq_ignore_ascii_case("all") && name.quote_style.is_none() {
                 (Plan::Deallocate(None), vec![])
@@ -269,7 +407,11 @@ fn plan_statement(stmt: &Statement, params: &mut Vec<Type>, source: &str) -> Res
         }
         other => {
             let kind = other.to_string();
-            let head: String = kind.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            let head: String = kind
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ");
             return Err(unsupported(&head));
         }
     })
@@ -280,31 +422,51 @@ fn is_transaction_exit(plan: &Plan) -> bool {
 }
 
 fn aborted() -> PgError {
-    PgError::new(SqlState::IN_FAILED_SQL_TRANSACTION, "current transaction is aborted, commands ignored until end of transaction block")
+    PgError::new(
+        SqlState::IN_FAILED_SQL_TRANSACTION,
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
 }
 
 fn warning(code: SqlState, message: &'static str) -> PgError {
-    PgError { severity: Severity::Warning, ..PgError::new(code, message) }
+    PgError {
+        severity: Severity::Warning,
+        ..PgError::new(code, message)
+    }
 }
 
 /// RowDescription for `columns`; the field list is staged in the per-query arena.
-fn write_row_description(columns: &[(String, Type)], formats: &[Format], arena: &Bump, out: &mut Vec<u8>) {
+fn write_row_description(
+    columns: &[(String, Type)],
+    formats: &[Format],
+    arena: &Bump,
+    out: &mut Vec<u8>,
+) {
     let fields = bumpalo::collections::Vec::from_iter_in(
-        columns.iter().enumerate().map(|(i, (name, ty))| FieldDescription {
-            name,
-            table_oid: 0,
-            column_id: 0,
-            type_oid: ty.oid(),
-            type_len: ty.typlen(),
-            type_modifier: -1,
-            format: formats.get(i).copied().unwrap_or(Format::Text),
-        }),
+        columns
+            .iter()
+            .enumerate()
+            .map(|(i, (name, ty))| FieldDescription {
+                name,
+                table_oid: 0,
+                column_id: 0,
+                type_oid: ty.oid(),
+                type_len: ty.typlen(),
+                type_modifier: -1,
+                format: formats.get(i).copied().unwrap_or(Format::Text),
+            }),
         arena,
     );
     backend::write_row_description(out, &fields);
 }
 
-fn write_data_row(row: &[Value], columns: &[(String, Type)], formats: &[Format], ctx: &TextContext, out: &mut Vec<u8>) {
+fn write_data_row(
+    row: &[Value],
+    columns: &[(String, Type)],
+    formats: &[Format],
+    ctx: &TextContext,
+    out: &mut Vec<u8>,
+) {
     let mut w = DataRowWriter::begin(out);
     for (i, value) in row.iter().enumerate() {
         if value.is_null() {
@@ -331,7 +493,13 @@ enum RowSink<'r> {
 impl Frontend {
     /// Run a planned statement to completion (rows included), writing everything but the
     /// RowDescription (simple protocol writes that first; extended writes it at Describe).
-    async fn run(&self, cx: &mut Cx<'_, Self>, prepared: &Prepared, params: &[Value], mut sink: RowSink<'_>) -> Result<Option<u64>, PgError> {
+    async fn run(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        prepared: &Prepared,
+        params: &[Value],
+        mut sink: RowSink<'_>,
+    ) -> Result<Option<u64>, PgError> {
         let session = &mut *cx.session;
         if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
             return Err(aborted());
@@ -352,13 +520,22 @@ impl Frontend {
                 let session = &*session;
                 let ctx = session.settings.text_context();
                 let out = &mut *cx.out;
-                let mut env = EvalEnv { params, row: &[], session, sleep_us: 0 };
+                let mut env = EvalEnv {
+                    params,
+                    row: &[],
+                    session,
+                    sleep_us: 0,
+                };
                 let produced = select.eval_rows(&mut env, &mut |row: &[Value]| {
                     emit(row, out, ctx);
                     Ok(())
                 });
                 let produced = match produced {
-                    Ok(n) if env.sleep_us > 0 => cx.cancel.sleep(Duration::from_micros(env.sleep_us)).await.map(|()| n),
+                    Ok(n) if env.sleep_us > 0 => cx
+                        .cancel
+                        .sleep(Duration::from_micros(env.sleep_us))
+                        .await
+                        .map(|()| n),
                     other => other,
                 };
                 // A statement that fails sends none of its rows.
@@ -366,16 +543,27 @@ impl Frontend {
             }
             Plan::Show(name) => {
                 let value = session.settings.get(name).ok_or_else(|| {
-                    PgError::new(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
+                    PgError::new(
+                        SqlState::UNDEFINED_OBJECT,
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    )
                 })?;
-                emit(&[Value::Text(value.to_string())], cx.out, session.settings.text_context());
+                emit(
+                    &[Value::Text(value.to_string())],
+                    cx.out,
+                    session.settings.text_context(),
+                );
                 return Ok(Some(1));
             }
             Plan::ShowAll => {
                 let ctx = session.settings.text_context();
                 let mut n = 0;
                 for (name, value, description) in session.settings.all() {
-                    let row = [Value::Text(name.to_string()), Value::Text(value.to_string()), Value::Text(description.to_string())];
+                    let row = [
+                        Value::Text(name.to_string()),
+                        Value::Text(value.to_string()),
+                        Value::Text(description.to_string()),
+                    ];
                     emit(&row, cx.out, ctx);
                     n += 1;
                 }
@@ -383,9 +571,21 @@ impl Frontend {
             }
             Plan::Set { name, value, local } => {
                 if *local && !in_block {
-                    backend::write_notice(cx.out, &warning(SqlState::NO_ACTIVE_SQL_TRANSACTION, "SET LOCAL can only be used in transaction blocks"));
+                    backend::write_notice(
+                        cx.out,
+                        &warning(
+                            SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                            "SET LOCAL can only be used in transaction blocks",
+                        ),
+                    );
                 }
-                session.settings.set(name, value.as_deref(), *local, in_block, &mut session.reports)?;
+                session.settings.set(
+                    name,
+                    value.as_deref(),
+                    *local,
+                    in_block,
+                    &mut session.reports,
+                )?;
                 "SET"
             }
             Plan::Reset(None) => {
@@ -393,40 +593,73 @@ impl Frontend {
                 "RESET"
             }
             Plan::Reset(Some(name)) => {
-                session.settings.set(name, None, false, in_block, &mut session.reports)?;
+                session
+                    .settings
+                    .set(name, None, false, in_block, &mut session.reports)?;
                 "RESET"
             }
             Plan::Begin { tag, modes } => {
                 if in_block {
-                    backend::write_notice(cx.out, &warning(SqlState::ACTIVE_SQL_TRANSACTION, "there is already a transaction in progress"));
+                    backend::write_notice(
+                        cx.out,
+                        &warning(
+                            SqlState::ACTIVE_SQL_TRANSACTION,
+                            "there is already a transaction in progress",
+                        ),
+                    );
                 } else {
                     *cx.tx = TransactionStatus::InBlock;
                 }
                 for (name, value) in modes {
-                    session.settings.set(name, Some(value), true, true, &mut session.reports)?;
+                    session
+                        .settings
+                        .set(name, Some(value), true, true, &mut session.reports)?;
                 }
                 tag
             }
             Plan::Commit => {
-                let tag = if *cx.tx == TransactionStatus::Failed { "ROLLBACK" } else { "COMMIT" };
+                let tag = if *cx.tx == TransactionStatus::Failed {
+                    "ROLLBACK"
+                } else {
+                    "COMMIT"
+                };
                 if !in_block {
-                    backend::write_notice(cx.out, &warning(SqlState::NO_ACTIVE_SQL_TRANSACTION, "there is no transaction in progress"));
+                    backend::write_notice(
+                        cx.out,
+                        &warning(
+                            SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                            "there is no transaction in progress",
+                        ),
+                    );
                 }
-                session.settings.end_transaction(tag == "COMMIT", &mut session.reports);
+                session
+                    .settings
+                    .end_transaction(tag == "COMMIT", &mut session.reports);
                 *cx.tx = TransactionStatus::Idle;
                 tag
             }
             Plan::Rollback => {
                 if !in_block {
-                    backend::write_notice(cx.out, &warning(SqlState::NO_ACTIVE_SQL_TRANSACTION, "there is no transaction in progress"));
+                    backend::write_notice(
+                        cx.out,
+                        &warning(
+                            SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                            "there is no transaction in progress",
+                        ),
+                    );
                 }
-                session.settings.end_transaction(false, &mut session.reports);
+                session
+                    .settings
+                    .end_transaction(false, &mut session.reports);
                 *cx.tx = TransactionStatus::Idle;
                 "ROLLBACK"
             }
             Plan::DiscardAll => {
                 if in_block {
-                    return Err(PgError::new(SqlState::ACTIVE_SQL_TRANSACTION, "DISCARD ALL cannot run inside a transaction block"));
+                    return Err(PgError::new(
+                        SqlState::ACTIVE_SQL_TRANSACTION,
+                        "DISCARD ALL cannot run inside a transaction block",
+                    ));
                 }
                 session.settings.reset_all(&mut session.reports);
                 cx.statements.clear();
@@ -439,7 +672,10 @@ impl Frontend {
             }
             Plan::Deallocate(Some(name)) => {
                 if !cx.statements.remove(name) {
-                    return Err(PgError::new(SqlState::INVALID_SQL_STATEMENT_NAME, format!("prepared statement \"{name}\" does not exist")));
+                    return Err(PgError::new(
+                        SqlState::INVALID_SQL_STATEMENT_NAME,
+                        format!("prepared statement \"{name}\" does not exist"),
+                    ));
                 }
                 "DEALLOCATE"
             }
@@ -448,9 +684,18 @@ impl Frontend {
         Ok(None)
     }
 
-    fn prepare(&self, stmt: Option<&Statement>, mut param_types: Vec<Type>, source: &str) -> Result<Prepared, PgError> {
+    fn prepare(
+        &self,
+        stmt: Option<&Statement>,
+        mut param_types: Vec<Type>,
+        source: &str,
+    ) -> Result<Prepared, PgError> {
         let Some(stmt) = stmt else {
-            return Ok(Prepared { plan: Plan::Empty, param_types, columns: vec![] });
+            return Ok(Prepared {
+                plan: Plan::Empty,
+                param_types,
+                columns: vec![],
+            });
         };
         let (plan, columns) = plan_statement(stmt, &mut param_types, source)?;
         for t in param_types.iter_mut() {
@@ -459,7 +704,11 @@ impl Frontend {
                 t.scalar = Scalar::Text;
             }
         }
-        Ok(Prepared { plan, param_types, columns })
+        Ok(Prepared {
+            plan,
+            param_types,
+            columns,
+        })
     }
 }
 
@@ -514,24 +763,35 @@ impl Engine for Frontend {
         }
         for stmt in &statements {
             if *cx.tx == TransactionStatus::Failed {
-                let (plan, _) = plan_statement(stmt, &mut Vec::new(), sql).unwrap_or((Plan::Empty, vec![]));
+                let (plan, _) =
+                    plan_statement(stmt, &mut Vec::new(), sql).unwrap_or((Plan::Empty, vec![]));
                 if !is_transaction_exit(&plan) {
                     return Err(aborted());
                 }
             }
             let prepared = self.prepare(Some(stmt), Vec::new(), sql)?;
             if !prepared.param_types.is_empty() {
-                return Err(PgError::new(SqlState(*b"42P02"), "there is no parameter $1"));
+                return Err(PgError::new(
+                    SqlState(*b"42P02"),
+                    "there is no parameter $1",
+                ));
             }
             if prepared.columns.is_empty() {
-                self.run(cx, &prepared, &[], RowSink::Write { formats: &[] }).await?;
+                self.run(cx, &prepared, &[], RowSink::Write { formats: &[] })
+                    .await?;
                 continue;
             }
             // RowDescription goes first; if the statement then fails, none of it is sent.
             let mark = cx.out.len();
             write_row_description(&prepared.columns, &[], cx.arena, cx.out);
-            match self.run(cx, &prepared, &[], RowSink::Write { formats: &[] }).await {
-                Ok(rows) => backend::write_command_complete(cx.out, &select_tag(&prepared.plan, rows.unwrap_or(0))),
+            match self
+                .run(cx, &prepared, &[], RowSink::Write { formats: &[] })
+                .await
+            {
+                Ok(rows) => backend::write_command_complete(
+                    cx.out,
+                    &select_tag(&prepared.plan, rows.unwrap_or(0)),
+                ),
                 Err(e) => {
                     cx.out.truncate(mark);
                     return Err(e);
@@ -541,18 +801,32 @@ impl Engine for Frontend {
         Ok(())
     }
 
-    fn parse(&self, cx: &mut Cx<'_, Self>, sql: &str, param_oids: Oids<'_>) -> Result<Prepared, PgError> {
+    fn parse(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        sql: &str,
+        param_oids: Oids<'_>,
+    ) -> Result<Prepared, PgError> {
         let statements = parse_sql(sql)?;
         if statements.len() > 1 {
-            return Err(PgError::new(SqlState::SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement"));
+            return Err(PgError::new(
+                SqlState::SYNTAX_ERROR,
+                "cannot insert multiple commands into a prepared statement",
+            ));
         }
         let mut param_types = Vec::with_capacity(param_oids.len());
         for oid in param_oids.iter() {
             let ty = if oid == 0 {
-                Type { scalar: Scalar::Unknown, array: false }
+                Type {
+                    scalar: Scalar::Unknown,
+                    array: false,
+                }
             } else {
                 Type::from_oid(oid).ok_or_else(|| {
-                    PgError::new(SqlState::FEATURE_NOT_SUPPORTED, format!("parameter type with OID {oid} is not supported by ringwire"))
+                    PgError::new(
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        format!("parameter type with OID {oid} is not supported by ringwire"),
+                    )
                 })?
             };
             param_types.push(ty);
@@ -574,7 +848,12 @@ impl Engine for Frontend {
         }
     }
 
-    fn bind(&self, cx: &mut Cx<'_, Self>, statement: &Rc<Prepared>, bind: &Bind<'_>) -> Result<Portal, PgError> {
+    fn bind(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        statement: &Rc<Prepared>,
+        bind: &Bind<'_>,
+    ) -> Result<Portal, PgError> {
         if bind.param_count() != statement.param_types.len() {
             return Err(PgError::new(
                 SqlState::PROTOCOL_VIOLATION,
@@ -598,7 +877,10 @@ impl Engine for Frontend {
                 Some(bytes) => match bind.param_format(i) {
                     Format::Text => text::decode(ty, bytes, ctx)?,
                     Format::Binary => binary::decode(ty, bytes).map_err(|_| {
-                        PgError::new(SqlState::INVALID_BINARY_REPRESENTATION, format!("incorrect binary data format in bind parameter {}", i + 1))
+                        PgError::new(
+                            SqlState::INVALID_BINARY_REPRESENTATION,
+                            format!("incorrect binary data format in bind parameter {}", i + 1),
+                        )
                     })?,
                 },
             };
@@ -613,7 +895,14 @@ impl Engine for Frontend {
             ));
         }
         let formats = (0..columns).map(|i| bind.result_format(i)).collect();
-        Ok(Portal { statement: statement.clone(), params, formats, rows: None, next_row: 0, done: false })
+        Ok(Portal {
+            statement: statement.clone(),
+            params,
+            formats,
+            rows: None,
+            next_row: 0,
+            done: false,
+        })
     }
 
     fn describe_portal(&self, portal: &Portal, arena: &Bump, out: &mut Vec<u8>) {
@@ -624,7 +913,12 @@ impl Engine for Frontend {
         }
     }
 
-    async fn execute(&self, cx: &mut Cx<'_, Self>, portal: &mut Portal, max_rows: u32) -> Result<Execution, PgError> {
+    async fn execute(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        portal: &mut Portal,
+        max_rows: u32,
+    ) -> Result<Execution, PgError> {
         if portal.done {
             // A finished portal runs again as an empty result, as PostgreSQL's does.
             if !portal.statement.columns.is_empty() {
@@ -636,7 +930,16 @@ impl Engine for Frontend {
         if portal.rows.is_none() {
             if max_rows == 0 || statement.columns.is_empty() {
                 // All rows in one go: encode them straight into the write buffer.
-                let rows = self.run(cx, &statement, &portal.params, RowSink::Write { formats: &portal.formats }).await?;
+                let rows = self
+                    .run(
+                        cx,
+                        &statement,
+                        &portal.params,
+                        RowSink::Write {
+                            formats: &portal.formats,
+                        },
+                    )
+                    .await?;
                 portal.done = true;
                 if let Some(n) = rows {
                     backend::write_command_complete(cx.out, &select_tag(&statement.plan, n));
@@ -644,18 +947,25 @@ impl Engine for Frontend {
                 return Ok(Execution::Complete);
             }
             let mut rows = Vec::new();
-            self.run(cx, &statement, &portal.params, RowSink::Collect(&mut rows)).await?;
+            self.run(cx, &statement, &portal.params, RowSink::Collect(&mut rows))
+                .await?;
             portal.rows = Some(rows);
         }
         let rows = portal.rows.as_ref().expect("rows computed above");
         let ctx = cx.session.settings.text_context();
-        let end = if max_rows == 0 { rows.len() } else { (portal.next_row + max_rows as usize).min(rows.len()) };
+        let end = if max_rows == 0 {
+            rows.len()
+        } else {
+            (portal.next_row + max_rows as usize).min(rows.len())
+        };
         for row in &rows[portal.next_row..end] {
             write_data_row(row, &statement.columns, &portal.formats, ctx, cx.out);
         }
         let sent = end - portal.next_row;
         portal.next_row = end;
-        if end < rows.len() {
+        // Like PostgreSQL, suspend whenever the row limit is reached, without looking ahead: a
+        // portal whose last row was just sent completes on the next Execute with "SELECT 0".
+        if max_rows != 0 && sent == max_rows as usize {
             return Ok(Execution::Suspended);
         }
         portal.done = true;
@@ -663,9 +973,17 @@ impl Engine for Frontend {
         Ok(Execution::Complete)
     }
 
-    fn end_of_cycle(&self, session: &mut Session, tx: TransactionStatus, error_in_cycle: bool, out: &mut Vec<u8>) {
+    fn end_of_cycle(
+        &self,
+        session: &mut Session,
+        tx: TransactionStatus,
+        error_in_cycle: bool,
+        out: &mut Vec<u8>,
+    ) {
         if tx == TransactionStatus::Idle {
-            session.settings.end_transaction(!error_in_cycle, &mut session.reports);
+            session
+                .settings
+                .end_transaction(!error_in_cycle, &mut session.reports);
         }
         for (name, value) in session.reports.drain(..) {
             backend::write_parameter_status(out, name, &value);
@@ -706,8 +1024,11 @@ fn parse_options(options: &str) -> Result<Vec<(String, String)>, PgError> {
             None
         };
         let Some((k, v)) = assignment.as_deref().and_then(|a| a.split_once('=')) else {
-            return Err(PgError::fatal(SqlState::PROTOCOL_VIOLATION, format!("invalid command-line argument for server process: {w}"))
-                .with_hint("Try \"ringwire --help\" for more information."));
+            return Err(PgError::fatal(
+                SqlState::PROTOCOL_VIOLATION,
+                format!("invalid command-line argument for server process: {w}"),
+            )
+            .with_hint("Try \"ringwire --help\" for more information."));
         };
         out.push((k.replace('-', "_"), v.to_string()));
     }

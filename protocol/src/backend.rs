@@ -4,7 +4,9 @@
 
 use crate::error::{PgError, Severity, SqlState};
 use crate::types::Oid;
-use crate::wire::{begin_message, finish_message, malformed, put_cstr, put_i16, put_i32, Format, Frame, Reader};
+use crate::wire::{
+    begin_message, finish_message, malformed, put_cstr, put_i16, put_i32, Format, Frame, Reader,
+};
 
 /// Transaction status of ReadyForQuery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +123,11 @@ impl<'o> DataRowWriter<'o> {
     pub fn begin(out: &'o mut Vec<u8>) -> DataRowWriter<'o> {
         let start = begin_message(out, b'D');
         put_i16(out, 0);
-        DataRowWriter { out, start, columns: 0 }
+        DataRowWriter {
+            out,
+            start,
+            columns: 0,
+        }
     }
 
     pub fn null(&mut self) {
@@ -191,15 +197,16 @@ pub fn write_parameter_description(out: &mut Vec<u8>, types: &[Oid]) {
     finish_message(out, start);
 }
 
-/// NegotiateProtocolVersion: the newest minor version we support and the `_pq_.` options we
-/// did not recognise.
+/// NegotiateProtocolVersion: the newest protocol version we support and the `_pq_.` options we
+/// did not recognise. The protocol documentation says "minor version", but PostgreSQL sends the
+/// whole version number (`3 << 16 | minor`), and clients read it that way.
 pub fn write_negotiate_protocol_version<'a>(
     out: &mut Vec<u8>,
-    newest_minor: i32,
+    newest_version: u32,
     unrecognized: impl ExactSizeIterator<Item = &'a str>,
 ) {
     let start = begin_message(out, b'v');
-    put_i32(out, newest_minor);
+    put_i32(out, newest_version as i32);
     put_i32(out, unrecognized.len() as i32);
     for opt in unrecognized {
         put_cstr(out, opt);
@@ -218,7 +225,12 @@ pub fn write_notice(out: &mut Vec<u8>, notice: &PgError) {
 fn write_error_or_notice(out: &mut Vec<u8>, tag: u8, err: &PgError) {
     let start = begin_message(out, tag);
     let severity = err.severity.as_str();
-    for (field, value) in [(b'S', severity), (b'V', severity), (b'C', err.code.as_str()), (b'M', &err.message)] {
+    for (field, value) in [
+        (b'S', severity),
+        (b'V', severity),
+        (b'C', err.code.as_str()),
+        (b'M', &err.message),
+    ] {
         out.push(field);
         put_cstr(out, value);
     }
@@ -251,7 +263,10 @@ impl Digits {
 }
 
 fn itoa_u32(mut n: u32) -> Digits {
-    let mut d = Digits { buf: [0; 10], start: 10 };
+    let mut d = Digits {
+        buf: [0; 10],
+        start: 10,
+    };
     loop {
         d.start -= 1;
         d.buf[d.start] = b'0' + (n % 10) as u8;
@@ -291,16 +306,38 @@ pub fn write_copy_done(out: &mut Vec<u8>) {
 pub enum BackendMessage<'a> {
     AuthenticationOk,
     AuthenticationCleartextPassword,
-    AuthenticationMd5Password { salt: [u8; 4] },
-    AuthenticationSasl { mechanisms: Vec<&'a str> },
-    AuthenticationSaslContinue { data: &'a [u8] },
-    AuthenticationSaslFinal { data: &'a [u8] },
-    ParameterStatus { name: &'a str, value: &'a str },
-    BackendKeyData { process_id: i32, secret_key: i32 },
-    ReadyForQuery { status: TransactionStatus },
-    RowDescription { fields: Vec<FieldDescription<'a>> },
-    DataRow { values: Vec<Option<&'a [u8]>> },
-    CommandComplete { tag: &'a str },
+    AuthenticationMd5Password {
+        salt: [u8; 4],
+    },
+    AuthenticationSasl {
+        mechanisms: Vec<&'a str>,
+    },
+    AuthenticationSaslContinue {
+        data: &'a [u8],
+    },
+    AuthenticationSaslFinal {
+        data: &'a [u8],
+    },
+    ParameterStatus {
+        name: &'a str,
+        value: &'a str,
+    },
+    BackendKeyData {
+        process_id: i32,
+        secret_key: i32,
+    },
+    ReadyForQuery {
+        status: TransactionStatus,
+    },
+    RowDescription {
+        fields: Vec<FieldDescription<'a>>,
+    },
+    DataRow {
+        values: Vec<Option<&'a [u8]>>,
+    },
+    CommandComplete {
+        tag: &'a str,
+    },
     EmptyQueryResponse,
     ErrorResponse(ErrorFields<'a>),
     NoticeResponse(ErrorFields<'a>),
@@ -309,13 +346,30 @@ pub enum BackendMessage<'a> {
     CloseComplete,
     NoData,
     PortalSuspended,
-    ParameterDescription { types: Vec<Oid> },
-    NegotiateProtocolVersion { newest_minor: i32, unrecognized: Vec<&'a str> },
-    CopyInResponse { format: Format, columns: Vec<Format> },
-    CopyOutResponse { format: Format, columns: Vec<Format> },
-    CopyData { data: &'a [u8] },
+    ParameterDescription {
+        types: Vec<Oid>,
+    },
+    NegotiateProtocolVersion {
+        newest_version: u32,
+        unrecognized: Vec<&'a str>,
+    },
+    CopyInResponse {
+        format: Format,
+        columns: Vec<Format>,
+    },
+    CopyOutResponse {
+        format: Format,
+        columns: Vec<Format>,
+    },
+    CopyData {
+        data: &'a [u8],
+    },
     CopyDone,
-    NotificationResponse { process_id: i32, channel: &'a str, payload: &'a str },
+    NotificationResponse {
+        process_id: i32,
+        channel: &'a str,
+        payload: &'a str,
+    },
 }
 
 /// The fields of an ErrorResponse or NoticeResponse, by their one-byte codes.
@@ -326,7 +380,10 @@ pub struct ErrorFields<'a> {
 
 impl<'a> ErrorFields<'a> {
     pub fn get(&self, code: u8) -> Option<&'a str> {
-        self.fields.iter().find(|(c, _)| *c == code).map(|(_, v)| *v)
+        self.fields
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map(|(_, v)| *v)
     }
     pub fn code(&self) -> &'a str {
         self.get(b'C').unwrap_or("")
@@ -350,7 +407,9 @@ impl<'a> BackendMessage<'a> {
                 3 => BackendMessage::AuthenticationCleartextPassword,
                 5 => {
                     let s = r.bytes(4)?;
-                    BackendMessage::AuthenticationMd5Password { salt: [s[0], s[1], s[2], s[3]] }
+                    BackendMessage::AuthenticationMd5Password {
+                        salt: [s[0], s[1], s[2], s[3]],
+                    }
                 }
                 10 => {
                     let mut mechanisms = Vec::new();
@@ -365,10 +424,20 @@ impl<'a> BackendMessage<'a> {
                 }
                 11 => return Ok(BackendMessage::AuthenticationSaslContinue { data: r.rest() }),
                 12 => return Ok(BackendMessage::AuthenticationSaslFinal { data: r.rest() }),
-                other => return Err(malformed(&format!("unsupported authentication request {other}"))),
+                other => {
+                    return Err(malformed(&format!(
+                        "unsupported authentication request {other}"
+                    )))
+                }
             },
-            b'S' => BackendMessage::ParameterStatus { name: r.cstr()?, value: r.cstr()? },
-            b'K' => BackendMessage::BackendKeyData { process_id: r.i32()?, secret_key: r.i32()? },
+            b'S' => BackendMessage::ParameterStatus {
+                name: r.cstr()?,
+                value: r.cstr()?,
+            },
+            b'K' => BackendMessage::BackendKeyData {
+                process_id: r.i32()?,
+                secret_key: r.i32()?,
+            },
             b'Z' => BackendMessage::ReadyForQuery {
                 status: match r.u8()? {
                     b'I' => TransactionStatus::Idle,
@@ -398,7 +467,11 @@ impl<'a> BackendMessage<'a> {
                 let mut values = Vec::with_capacity(n);
                 for _ in 0..n {
                     let len = r.i32()?;
-                    values.push(if len < 0 { None } else { Some(r.bytes(len as usize)?) });
+                    values.push(if len < 0 {
+                        None
+                    } else {
+                        Some(r.bytes(len as usize)?)
+                    });
                 }
                 BackendMessage::DataRow { values }
             }
@@ -434,7 +507,7 @@ impl<'a> BackendMessage<'a> {
                 BackendMessage::ParameterDescription { types }
             }
             b'v' => {
-                let newest_minor = r.i32()?;
+                let newest_version = r.u32()?;
                 let n = r.i32()?;
                 if n < 0 || n as usize > r.remaining() {
                     return Err(malformed("bad option count"));
@@ -443,7 +516,10 @@ impl<'a> BackendMessage<'a> {
                 for _ in 0..n {
                     unrecognized.push(r.cstr()?);
                 }
-                BackendMessage::NegotiateProtocolVersion { newest_minor, unrecognized }
+                BackendMessage::NegotiateProtocolVersion {
+                    newest_version,
+                    unrecognized,
+                }
             }
             b'G' | b'H' => {
                 let format = Format::from_code(r.u8()? as i16)?;
@@ -460,8 +536,17 @@ impl<'a> BackendMessage<'a> {
             }
             b'd' => return Ok(BackendMessage::CopyData { data: frame.body }),
             b'c' => BackendMessage::CopyDone,
-            b'A' => BackendMessage::NotificationResponse { process_id: r.i32()?, channel: r.cstr()?, payload: r.cstr()? },
-            tag => return Err(malformed(&format!("unknown backend message type {}", tag.escape_ascii()))),
+            b'A' => BackendMessage::NotificationResponse {
+                process_id: r.i32()?,
+                channel: r.cstr()?,
+                payload: r.cstr()?,
+            },
+            tag => {
+                return Err(malformed(&format!(
+                    "unknown backend message type {}",
+                    tag.escape_ascii()
+                )))
+            }
         };
         r.finish()?;
         Ok(msg)
@@ -559,14 +644,24 @@ mod tests {
             .with_hint("h")
             .with_position(12);
         write_error(&mut b, &err);
-        write_notice(&mut b, &PgError { severity: Severity::Warning, ..PgError::new(SqlState::WARNING, "w") });
+        write_notice(
+            &mut b,
+            &PgError {
+                severity: Severity::Warning,
+                ..PgError::new(SqlState::WARNING, "w")
+            },
+        );
         write_parse_complete(&mut b);
         write_bind_complete(&mut b);
         write_close_complete(&mut b);
         write_no_data(&mut b);
         write_portal_suspended(&mut b);
         write_parameter_description(&mut b, &[23, 25]);
-        write_negotiate_protocol_version(&mut b, 0, ["_pq_.foo"].into_iter());
+        write_negotiate_protocol_version(
+            &mut b,
+            crate::frontend::PROTOCOL_3_0,
+            ["_pq_.foo"].into_iter(),
+        );
         write_copy_response(&mut b, b'G', Format::Text, 2);
         write_copy_response(&mut b, b'H', Format::Binary, 1);
         write_copy_data(&mut b, b"1\t2\n");
@@ -577,14 +672,30 @@ mod tests {
             BackendMessage::AuthenticationOk,
             BackendMessage::AuthenticationCleartextPassword,
             BackendMessage::AuthenticationMd5Password { salt: [1, 2, 3, 4] },
-            BackendMessage::AuthenticationSasl { mechanisms: vec!["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"] },
-            BackendMessage::AuthenticationSaslContinue { data: b"r=abc,s=xyz,i=4096" },
+            BackendMessage::AuthenticationSasl {
+                mechanisms: vec!["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"],
+            },
+            BackendMessage::AuthenticationSaslContinue {
+                data: b"r=abc,s=xyz,i=4096",
+            },
             BackendMessage::AuthenticationSaslFinal { data: b"v=xyz" },
-            BackendMessage::ParameterStatus { name: "server_version", value: "16.0" },
-            BackendMessage::BackendKeyData { process_id: 7, secret_key: -9 },
-            BackendMessage::ReadyForQuery { status: TransactionStatus::Failed },
-            BackendMessage::RowDescription { fields: vec![field] },
-            BackendMessage::DataRow { values: vec![Some(b"1"), None, Some(b"hello"), Some(b"")] },
+            BackendMessage::ParameterStatus {
+                name: "server_version",
+                value: "16.0",
+            },
+            BackendMessage::BackendKeyData {
+                process_id: 7,
+                secret_key: -9,
+            },
+            BackendMessage::ReadyForQuery {
+                status: TransactionStatus::Failed,
+            },
+            BackendMessage::RowDescription {
+                fields: vec![field],
+            },
+            BackendMessage::DataRow {
+                values: vec![Some(b"1"), None, Some(b"hello"), Some(b"")],
+            },
             BackendMessage::CommandComplete { tag: "SELECT 1" },
             BackendMessage::EmptyQueryResponse,
             BackendMessage::ErrorResponse(ErrorFields {
@@ -599,30 +710,60 @@ mod tests {
                 ],
             }),
             BackendMessage::NoticeResponse(ErrorFields {
-                fields: vec![(b'S', "WARNING"), (b'V', "WARNING"), (b'C', "01000"), (b'M', "w")],
+                fields: vec![
+                    (b'S', "WARNING"),
+                    (b'V', "WARNING"),
+                    (b'C', "01000"),
+                    (b'M', "w"),
+                ],
             }),
             BackendMessage::ParseComplete,
             BackendMessage::BindComplete,
             BackendMessage::CloseComplete,
             BackendMessage::NoData,
             BackendMessage::PortalSuspended,
-            BackendMessage::ParameterDescription { types: vec![23, 25] },
-            BackendMessage::NegotiateProtocolVersion { newest_minor: 0, unrecognized: vec!["_pq_.foo"] },
-            BackendMessage::CopyInResponse { format: Format::Text, columns: vec![Format::Text, Format::Text] },
-            BackendMessage::CopyOutResponse { format: Format::Binary, columns: vec![Format::Binary] },
+            BackendMessage::ParameterDescription {
+                types: vec![23, 25],
+            },
+            BackendMessage::NegotiateProtocolVersion {
+                newest_version: 3 << 16,
+                unrecognized: vec!["_pq_.foo"],
+            },
+            BackendMessage::CopyInResponse {
+                format: Format::Text,
+                columns: vec![Format::Text, Format::Text],
+            },
+            BackendMessage::CopyOutResponse {
+                format: Format::Binary,
+                columns: vec![Format::Binary],
+            },
             BackendMessage::CopyData { data: b"1\t2\n" },
             BackendMessage::CopyDone,
         ];
         assert_eq!(msgs, expected);
-        let BackendMessage::ErrorResponse(fields) = &msgs[13] else { unreachable!() };
+        let BackendMessage::ErrorResponse(fields) = &msgs[13] else {
+            unreachable!()
+        };
         assert_eq!(fields.to_pg_error(), err);
     }
 
     #[test]
     fn hostile_counts_do_not_allocate() {
         // DataRow claiming 32767 columns in 2 bytes of body.
-        assert!(BackendMessage::parse(Frame { tag: b'D', body: b"\x7f\xff" }).is_err());
-        assert!(BackendMessage::parse(Frame { tag: b'T', body: b"\x7f\xff\0" }).is_err());
-        assert!(BackendMessage::parse(Frame { tag: b'v', body: b"\0\0\0\0\x7f\xff\xff\xff" }).is_err());
+        assert!(BackendMessage::parse(Frame {
+            tag: b'D',
+            body: b"\x7f\xff"
+        })
+        .is_err());
+        assert!(BackendMessage::parse(Frame {
+            tag: b'T',
+            body: b"\x7f\xff\0"
+        })
+        .is_err());
+        assert!(BackendMessage::parse(Frame {
+            tag: b'v',
+            body: b"\0\0\0\0\x7f\xff\xff\xff"
+        })
+        .is_err());
     }
 }

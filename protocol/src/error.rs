@@ -129,7 +129,10 @@ impl PgError {
 
     /// A FATAL error: the connection ends after it is sent.
     pub fn fatal(code: SqlState, message: impl Into<Cow<'static, str>>) -> PgError {
-        PgError { severity: Severity::Fatal, ..PgError::new(code, message) }
+        PgError {
+            severity: Severity::Fatal,
+            ..PgError::new(code, message)
+        }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> PgError {
@@ -150,7 +153,13 @@ impl PgError {
 
 impl fmt::Display for PgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} ({})", self.severity.as_str(), self.message, self.code)
+        write!(
+            f,
+            "{}: {} ({})",
+            self.severity.as_str(),
+            self.message,
+            self.code
+        )
     }
 }
 

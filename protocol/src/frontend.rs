@@ -6,7 +6,9 @@
 //! the load generator and tests.
 
 use crate::error::{PgError, SqlState};
-use crate::wire::{begin_message, finish_message, malformed, put_cstr, put_i16, put_i32, Format, Frame, Reader};
+use crate::wire::{
+    begin_message, finish_message, malformed, put_cstr, put_i16, put_i32, Format, Frame, Reader,
+};
 
 /// PostgreSQL's `MAX_STARTUP_PACKET_LENGTH`: a startup packet larger than this is refused.
 pub const MAX_STARTUP_PACKET_BYTES: usize = 10_000;
@@ -19,11 +21,17 @@ pub const CANCEL_REQUEST_CODE: u32 = (1234 << 16) | 5678;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StartupRequest<'a> {
     /// StartupMessage; `version` is `major << 16 | minor`.
-    Startup { version: u32, params: StartupParams<'a> },
+    Startup {
+        version: u32,
+        params: StartupParams<'a>,
+    },
     SslRequest,
     GssEncRequest,
     /// CancelRequest. The key is 4 bytes in protocol 3.0 and up to 256 in 3.2.
-    Cancel { process_id: i32, secret_key: &'a [u8] },
+    Cancel {
+        process_id: i32,
+        secret_key: &'a [u8],
+    },
 }
 
 /// The `name\0value\0...\0` list of a StartupMessage, validated at decode time.
@@ -58,7 +66,10 @@ pub fn split_startup(buf: &[u8]) -> Result<Option<(&[u8], usize)>, PgError> {
     }
     let len = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
     if len < 8 || len as usize > MAX_STARTUP_PACKET_BYTES {
-        return Err(PgError::fatal(SqlState::PROTOCOL_VIOLATION, "invalid length of startup packet"));
+        return Err(PgError::fatal(
+            SqlState::PROTOCOL_VIOLATION,
+            "invalid length of startup packet",
+        ));
     }
     let len = len as usize;
     if buf.len() < len {
@@ -70,7 +81,10 @@ pub fn split_startup(buf: &[u8]) -> Result<Option<(&[u8], usize)>, PgError> {
 impl<'a> StartupRequest<'a> {
     /// Parse the body returned by [`split_startup`]. Errors are FATAL: nothing is established yet.
     pub fn parse(body: &'a [u8]) -> Result<StartupRequest<'a>, PgError> {
-        let fatal = |e: PgError| PgError { severity: crate::error::Severity::Fatal, ..e };
+        let fatal = |e: PgError| PgError {
+            severity: crate::error::Severity::Fatal,
+            ..e
+        };
         let mut r = Reader::new(body);
         let code = r.u32().map_err(fatal)?;
         match code {
@@ -82,7 +96,10 @@ impl<'a> StartupRequest<'a> {
                 if secret_key.len() < 4 || secret_key.len() > 256 {
                     return Err(fatal(malformed("invalid cancel key length")));
                 }
-                Ok(StartupRequest::Cancel { process_id, secret_key })
+                Ok(StartupRequest::Cancel {
+                    process_id,
+                    secret_key,
+                })
             }
             version if version >> 16 == 3 => {
                 let raw = r.rest();
@@ -96,7 +113,10 @@ impl<'a> StartupRequest<'a> {
                     check.cstr().map_err(fatal)?;
                 }
                 check.finish().map_err(fatal)?;
-                Ok(StartupRequest::Startup { version, params: StartupParams { raw } })
+                Ok(StartupRequest::Startup {
+                    version,
+                    params: StartupParams { raw },
+                })
             }
             other => Err(PgError::fatal(
                 SqlState::FEATURE_NOT_SUPPORTED,
@@ -153,7 +173,9 @@ impl<'a> Oids<'a> {
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = u32> + 'a {
-        self.raw.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+        self.raw
+            .chunks_exact(4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
     }
 }
 
@@ -215,9 +237,13 @@ impl<'a> Bind<'a> {
     }
 
     pub fn result_format_codes(&self) -> impl ExactSizeIterator<Item = Format> + 'a {
-        self.result_formats
-            .chunks_exact(2)
-            .map(|c| if c == [0, 1] { Format::Binary } else { Format::Text })
+        self.result_formats.chunks_exact(2).map(|c| {
+            if c == [0, 1] {
+                Format::Binary
+            } else {
+                Format::Text
+            }
+        })
     }
 
     fn parse(r: &mut Reader<'a>) -> Result<Bind<'a>, PgError> {
@@ -247,7 +273,14 @@ impl<'a> Bind<'a> {
                 ),
             ));
         }
-        Ok(Bind { portal, statement, param_formats, param_count, params, result_formats })
+        Ok(Bind {
+            portal,
+            statement,
+            param_formats,
+            param_count,
+            params,
+            result_formats,
+        })
     }
 }
 
@@ -270,24 +303,66 @@ fn format_codes<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], PgError> {
     Ok(codes)
 }
 
+/// Whether `tag` starts a message a client may send after startup. Checked on the tag byte
+/// alone, so garbage is refused before its claimed body is waited for.
+pub fn is_frontend_tag(tag: u8) -> bool {
+    matches!(
+        tag,
+        b'Q' | b'P'
+            | b'B'
+            | b'D'
+            | b'E'
+            | b'C'
+            | b'S'
+            | b'H'
+            | b'X'
+            | b'p'
+            | b'd'
+            | b'c'
+            | b'f'
+            | b'F'
+    )
+}
+
 /// A tagged message from the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrontendMessage<'a> {
-    Query { sql: &'a str },
-    Parse { name: &'a str, sql: &'a str, param_types: Oids<'a> },
+    Query {
+        sql: &'a str,
+    },
+    Parse {
+        name: &'a str,
+        sql: &'a str,
+        param_types: Oids<'a>,
+    },
     Bind(Bind<'a>),
-    Describe { target: Target, name: &'a str },
-    Execute { portal: &'a str, max_rows: i32 },
-    Close { target: Target, name: &'a str },
+    Describe {
+        target: Target,
+        name: &'a str,
+    },
+    Execute {
+        portal: &'a str,
+        max_rows: i32,
+    },
+    Close {
+        target: Target,
+        name: &'a str,
+    },
     Sync,
     Flush,
     Terminate,
     /// `p`: PasswordMessage, SASLInitialResponse or SASLResponse. Which one is known only to the
     /// authentication step that asked for it, so the body is handed over raw.
-    Password { body: &'a [u8] },
-    CopyData { data: &'a [u8] },
+    Password {
+        body: &'a [u8],
+    },
+    CopyData {
+        data: &'a [u8],
+    },
     CopyDone,
-    CopyFail { message: &'a str },
+    CopyFail {
+        message: &'a str,
+    },
     /// `F`: the legacy fast-path function call; decoded so it can be refused cleanly.
     FunctionCall,
 }
@@ -303,21 +378,36 @@ impl<'a> FrontendMessage<'a> {
                 let name = r.cstr()?;
                 let sql = r.cstr()?;
                 let n = count(&mut r)?;
-                let param_types = Oids { raw: r.bytes(n * 4)? };
-                FrontendMessage::Parse { name, sql, param_types }
+                let param_types = Oids {
+                    raw: r.bytes(n * 4)?,
+                };
+                FrontendMessage::Parse {
+                    name,
+                    sql,
+                    param_types,
+                }
             }
             b'B' => FrontendMessage::Bind(Bind::parse(&mut r)?),
             b'D' => {
                 let target = Target::parse(r.u8()?)?;
-                FrontendMessage::Describe { target, name: r.cstr()? }
+                FrontendMessage::Describe {
+                    target,
+                    name: r.cstr()?,
+                }
             }
             b'E' => {
                 let portal = r.cstr()?;
-                FrontendMessage::Execute { portal, max_rows: r.i32()? }
+                FrontendMessage::Execute {
+                    portal,
+                    max_rows: r.i32()?,
+                }
             }
             b'C' => {
                 let target = Target::parse(r.u8()?)?;
-                FrontendMessage::Close { target, name: r.cstr()? }
+                FrontendMessage::Close {
+                    target,
+                    name: r.cstr()?,
+                }
             }
             b'S' => FrontendMessage::Sync,
             b'H' => FrontendMessage::Flush,
@@ -352,7 +442,11 @@ impl<'a> SaslInitialResponse<'a> {
         let mut r = Reader::new(body);
         let mechanism = r.cstr()?;
         let len = r.i32()?;
-        let data = if len < 0 { None } else { Some(r.bytes(len as usize)?) };
+        let data = if len < 0 {
+            None
+        } else {
+            Some(r.bytes(len as usize)?)
+        };
         r.finish()?;
         Ok(SaslInitialResponse { mechanism, data })
     }
@@ -519,18 +613,29 @@ mod tests {
     #[test]
     fn startup_round_trips() {
         let mut b = Vec::new();
-        encode_startup(&mut b, PROTOCOL_3_0, &[("user", "alice"), ("database", "db")]);
+        encode_startup(
+            &mut b,
+            PROTOCOL_3_0,
+            &[("user", "alice"), ("database", "db")],
+        );
         let (body, n) = split_startup(&b).unwrap().unwrap();
         assert_eq!(n, b.len());
-        let StartupRequest::Startup { version, params } = StartupRequest::parse(body).unwrap() else {
+        let StartupRequest::Startup { version, params } = StartupRequest::parse(body).unwrap()
+        else {
             panic!("not a startup")
         };
         assert_eq!(version, PROTOCOL_3_0);
-        assert_eq!(params.iter().collect::<Vec<_>>(), vec![("user", "alice"), ("database", "db")]);
+        assert_eq!(
+            params.iter().collect::<Vec<_>>(),
+            vec![("user", "alice"), ("database", "db")]
+        );
         assert_eq!(params.get("database"), Some("db"));
 
         for (enc, want) in [
-            (encode_ssl_request as fn(&mut Vec<u8>), StartupRequest::SslRequest),
+            (
+                encode_ssl_request as fn(&mut Vec<u8>),
+                StartupRequest::SslRequest,
+            ),
             (encode_gssenc_request, StartupRequest::GssEncRequest),
         ] {
             let mut b = Vec::new();
@@ -544,7 +649,10 @@ mod tests {
         let (body, _) = split_startup(&b).unwrap().unwrap();
         assert_eq!(
             StartupRequest::parse(body).unwrap(),
-            StartupRequest::Cancel { process_id: 42, secret_key: &7i32.to_be_bytes() }
+            StartupRequest::Cancel {
+                process_id: 42,
+                secret_key: &7i32.to_be_bytes()
+            }
         );
     }
 
@@ -559,7 +667,10 @@ mod tests {
         assert_eq!(e.code, SqlState::FEATURE_NOT_SUPPORTED);
         // Missing final terminator.
         let body = [0u8, 3, 0, 0, b'u', 0, b'a', 0];
-        assert_eq!(StartupRequest::parse(&body).unwrap_err().severity, crate::error::Severity::Fatal);
+        assert_eq!(
+            StartupRequest::parse(&body).unwrap_err().severity,
+            crate::error::Severity::Fatal
+        );
     }
 
     #[test]
@@ -570,7 +681,14 @@ mod tests {
 
         b.clear();
         encode_parse(&mut b, "s1", "select $1", &[23, 25]);
-        let FrontendMessage::Parse { name, sql, param_types } = one(&b) else { panic!() };
+        let FrontendMessage::Parse {
+            name,
+            sql,
+            param_types,
+        } = one(&b)
+        else {
+            panic!()
+        };
         assert_eq!((name, sql), ("s1", "select $1"));
         assert_eq!(param_types.iter().collect::<Vec<_>>(), vec![23, 25]);
 
@@ -583,11 +701,22 @@ mod tests {
             &[Some(&[0, 0, 0, 1]), None, Some(b"")],
             &[Format::Text, Format::Binary],
         );
-        let FrontendMessage::Bind(bind) = one(&b) else { panic!() };
-        assert_eq!((bind.portal, bind.statement, bind.param_count()), ("p", "s1", 3));
-        assert_eq!(bind.params().collect::<Vec<_>>(), vec![Some(&[0u8, 0, 0, 1][..]), None, Some(&b""[..])]);
+        let FrontendMessage::Bind(bind) = one(&b) else {
+            panic!()
+        };
+        assert_eq!(
+            (bind.portal, bind.statement, bind.param_count()),
+            ("p", "s1", 3)
+        );
+        assert_eq!(
+            bind.params().collect::<Vec<_>>(),
+            vec![Some(&[0u8, 0, 0, 1][..]), None, Some(&b""[..])]
+        );
         assert_eq!(bind.param_format(2), Format::Binary);
-        assert_eq!((bind.result_format(0), bind.result_format(1)), (Format::Text, Format::Binary));
+        assert_eq!(
+            (bind.result_format(0), bind.result_format(1)),
+            (Format::Text, Format::Binary)
+        );
         assert_eq!(bind.result_format_count(), 2);
 
         for target in [Target::Statement, Target::Portal] {
@@ -600,7 +729,13 @@ mod tests {
         }
         b.clear();
         encode_execute(&mut b, "", 10);
-        assert_eq!(one(&b), FrontendMessage::Execute { portal: "", max_rows: 10 });
+        assert_eq!(
+            one(&b),
+            FrontendMessage::Execute {
+                portal: "",
+                max_rows: 10
+            }
+        );
         for (tag, want) in [
             (b'S', FrontendMessage::Sync),
             (b'H', FrontendMessage::Flush),
@@ -613,14 +748,21 @@ mod tests {
         }
         b.clear();
         encode_password(&mut b, "secret");
-        let FrontendMessage::Password { body } = one(&b) else { panic!() };
+        let FrontendMessage::Password { body } = one(&b) else {
+            panic!()
+        };
         assert_eq!(parse_password(body).unwrap(), "secret");
         b.clear();
         encode_sasl_initial_response(&mut b, "SCRAM-SHA-256", b"n,,n=,r=abc");
-        let FrontendMessage::Password { body } = one(&b) else { panic!() };
+        let FrontendMessage::Password { body } = one(&b) else {
+            panic!()
+        };
         assert_eq!(
             SaslInitialResponse::parse(body).unwrap(),
-            SaslInitialResponse { mechanism: "SCRAM-SHA-256", data: Some(b"n,,n=,r=abc") }
+            SaslInitialResponse {
+                mechanism: "SCRAM-SHA-256",
+                data: Some(b"n,,n=,r=abc")
+            }
         );
         b.clear();
         encode_sasl_response(&mut b, b"c=biws");
@@ -640,20 +782,44 @@ mod tests {
         let e = FrontendMessage::parse(Frame { tag: b'B', body }).unwrap_err();
         assert_eq!(e.code, SqlState::PROTOCOL_VIOLATION);
         // Parse claiming 30000 parameter types.
-        let e = FrontendMessage::parse(Frame { tag: b'P', body: b"\0\0\x75\x30" }).unwrap_err();
+        let e = FrontendMessage::parse(Frame {
+            tag: b'P',
+            body: b"\0\0\x75\x30",
+        })
+        .unwrap_err();
         assert_eq!(e.code, SqlState::PROTOCOL_VIOLATION);
         // Bad format code.
-        let e = FrontendMessage::parse(Frame { tag: b'B', body: b"\0\0\0\x01\0\x07\0\0\0\0" }).unwrap_err();
+        let e = FrontendMessage::parse(Frame {
+            tag: b'B',
+            body: b"\0\0\0\x01\0\x07\0\0\0\0",
+        })
+        .unwrap_err();
         assert_eq!(e.code, SqlState::INVALID_PARAMETER_VALUE);
         // Trailing bytes after Sync.
-        assert!(FrontendMessage::parse(Frame { tag: b'S', body: b"x" }).is_err());
+        assert!(FrontendMessage::parse(Frame {
+            tag: b'S',
+            body: b"x"
+        })
+        .is_err());
         // Unknown tag is fatal.
-        let e = FrontendMessage::parse(Frame { tag: b'z', body: b"" }).unwrap_err();
+        let e = FrontendMessage::parse(Frame {
+            tag: b'z',
+            body: b"",
+        })
+        .unwrap_err();
         assert_eq!(e.severity, crate::error::Severity::Fatal);
         // Describe with a bad subtype.
-        assert!(FrontendMessage::parse(Frame { tag: b'D', body: b"Q\0" }).is_err());
+        assert!(FrontendMessage::parse(Frame {
+            tag: b'D',
+            body: b"Q\0"
+        })
+        .is_err());
         // Invalid UTF-8 in a query.
-        let e = FrontendMessage::parse(Frame { tag: b'Q', body: b"\xc3\x28\0" }).unwrap_err();
+        let e = FrontendMessage::parse(Frame {
+            tag: b'Q',
+            body: b"\xc3\x28\0",
+        })
+        .unwrap_err();
         assert_eq!(e.code, SqlState::CHARACTER_NOT_IN_REPERTOIRE);
     }
 }

@@ -20,7 +20,10 @@ pub struct Frame<'a> {
 /// Returns `Ok(None)` when `buf` does not yet hold the whole message, `Ok(Some((frame,
 /// consumed)))` when it does. The length field is checked against `max_message_bytes` before
 /// waiting for the body, so an attacker cannot make us buffer a 2 GiB message.
-pub fn split_frame(buf: &[u8], max_message_bytes: usize) -> Result<Option<(Frame<'_>, usize)>, PgError> {
+pub fn split_frame(
+    buf: &[u8],
+    max_message_bytes: usize,
+) -> Result<Option<(Frame<'_>, usize)>, PgError> {
     if buf.len() < 5 {
         return Ok(None);
     }
@@ -29,7 +32,10 @@ pub fn split_frame(buf: &[u8], max_message_bytes: usize) -> Result<Option<(Frame
     if len < 4 {
         return Err(PgError::fatal(
             SqlState::PROTOCOL_VIOLATION,
-            format!("invalid message length {len} for message type \"{}\"", tag.escape_ascii()),
+            format!(
+                "invalid message length {len} for message type \"{}\"",
+                tag.escape_ascii()
+            ),
         ));
     }
     let len = len as usize;
@@ -43,7 +49,13 @@ pub fn split_frame(buf: &[u8], max_message_bytes: usize) -> Result<Option<(Frame
     if buf.len() < total {
         return Ok(None);
     }
-    Ok(Some((Frame { tag, body: &buf[5..total] }, total)))
+    Ok(Some((
+        Frame {
+            tag,
+            body: &buf[5..total],
+        },
+        total,
+    )))
 }
 
 /// How many more bytes a partial frame at the front of `buf` needs, when the header is known.
@@ -59,7 +71,10 @@ pub fn frame_bytes_needed(buf: &[u8]) -> Option<usize> {
 
 /// The error every malformed message body turns into (PostgreSQL: "invalid message format").
 pub(crate) fn malformed(what: &str) -> PgError {
-    PgError::new(SqlState::PROTOCOL_VIOLATION, format!("invalid message format: {what}"))
+    PgError::new(
+        SqlState::PROTOCOL_VIOLATION,
+        format!("invalid message format: {what}"),
+    )
 }
 
 /// A cursor over a message body. Every read is bounds-checked and returns an error instead of
@@ -83,7 +98,10 @@ impl<'a> Reader<'a> {
     }
 
     pub fn u8(&mut self) -> Result<u8, PgError> {
-        let (&b, rest) = self.buf.split_first().ok_or_else(|| malformed("unexpected end of message"))?;
+        let (&b, rest) = self
+            .buf
+            .split_first()
+            .ok_or_else(|| malformed("unexpected end of message"))?;
         self.buf = rest;
         Ok(b)
     }
@@ -135,11 +153,25 @@ impl<'a> Reader<'a> {
 
 pub fn utf8(bytes: &[u8]) -> Result<&str, PgError> {
     std::str::from_utf8(bytes).map_err(|e| {
+        // Like PostgreSQL, show the whole sequence the lead byte announces (as far as present).
         let bad = &bytes[e.valid_up_to()..];
-        let shown: Vec<String> = bad.iter().take(e.error_len().unwrap_or(bad.len()).max(1)).map(|b| format!("0x{b:02x}")).collect();
+        let announced = match bad[0] {
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => 1,
+        };
+        let shown: Vec<String> = bad
+            .iter()
+            .take(announced)
+            .map(|b| format!("0x{b:02x}"))
+            .collect();
         PgError::new(
             SqlState::CHARACTER_NOT_IN_REPERTOIRE,
-            format!("invalid byte sequence for encoding \"UTF8\": {}", shown.join(" ")),
+            format!(
+                "invalid byte sequence for encoding \"UTF8\": {}",
+                shown.join(" ")
+            ),
         )
     })
 }
@@ -189,7 +221,10 @@ impl Format {
         match code {
             0 => Ok(Format::Text),
             1 => Ok(Format::Binary),
-            _ => Err(PgError::new(SqlState::INVALID_PARAMETER_VALUE, format!("unsupported format code: {code}"))),
+            _ => Err(PgError::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("unsupported format code: {code}"),
+            )),
         }
     }
 
@@ -226,6 +261,9 @@ mod tests {
         assert!(r.cstr().is_err());
         let mut r = Reader::new(b"ab\0\xff\xfe\0");
         assert_eq!(r.cstr().unwrap(), "ab");
-        assert_eq!(r.cstr().unwrap_err().code, SqlState::CHARACTER_NOT_IN_REPERTOIRE);
+        assert_eq!(
+            r.cstr().unwrap_err().code,
+            SqlState::CHARACTER_NOT_IN_REPERTOIRE
+        );
     }
 }

@@ -95,7 +95,10 @@ impl ServerConfig {
             ));
         }
         if self.auth == AuthMethod::Password && self.users.is_empty() {
-            return Err("--auth password needs at least one user (--user NAME:PASSWORD or --users-file)".into());
+            return Err(
+                "--auth password needs at least one user (--user NAME:PASSWORD or --users-file)"
+                    .into(),
+            );
         }
         if let Placement::Pinned(cores) = &self.placement {
             let online = online_cpus()?;
@@ -135,21 +138,34 @@ pub fn online_cpus() -> Result<Vec<usize>, String> {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(format!("cannot read this process's CPU affinity: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot read this process's CPU affinity: {}",
+                std::io::Error::last_os_error()
+            ));
         }
-        Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
     }
 }
 
 fn format_cpus(cpus: &[usize]) -> String {
-    cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The soft RLIMIT_MEMLOCK, or None when unlimited.
 pub fn memlock_limit_bytes() -> Option<usize> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes one rlimit struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
         return None;
     }
     Some(lim.rlim_cur as usize)
@@ -205,14 +221,26 @@ mod tests {
 
     #[test]
     fn preflight_names_the_problem() {
-        let cfg = ServerConfig { placement: Placement::Pinned(vec![100_000]), ..Default::default() };
+        let cfg = ServerConfig {
+            placement: Placement::Pinned(vec![100_000]),
+            ..Default::default()
+        };
         assert!(cfg.preflight().unwrap_err().contains("CPU 100000"));
-        let cfg = ServerConfig { placement: Placement::Unpinned(0), ..Default::default() };
+        let cfg = ServerConfig {
+            placement: Placement::Unpinned(0),
+            ..Default::default()
+        };
         assert!(cfg.preflight().is_err());
-        let cfg = ServerConfig { auth: AuthMethod::Password, ..Default::default() };
+        let cfg = ServerConfig {
+            auth: AuthMethod::Password,
+            ..Default::default()
+        };
         assert!(cfg.preflight().unwrap_err().contains("--auth password"));
         if memlock_limit_bytes().is_some() {
-            let cfg = ServerConfig { io_memory_bytes: 1 << 40, ..Default::default() };
+            let cfg = ServerConfig {
+                io_memory_bytes: 1 << 40,
+                ..Default::default()
+            };
             assert!(cfg.preflight().unwrap_err().contains("RLIMIT_MEMLOCK"));
         }
         ServerConfig::default().preflight().unwrap();

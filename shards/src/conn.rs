@@ -44,7 +44,11 @@ pub(crate) struct ReadBuf {
 
 impl ReadBuf {
     pub(crate) fn new() -> ReadBuf {
-        ReadBuf { buf: vec![0; READ_BUF_BYTES], start: 0, end: 0 }
+        ReadBuf {
+            buf: vec![0; READ_BUF_BYTES],
+            start: 0,
+            end: 0,
+        }
     }
 
     fn data(&self) -> &[u8] {
@@ -52,7 +56,10 @@ impl ReadBuf {
     }
 
     fn consume(&mut self, n: usize) {
-        debug_assert!(self.start + n <= self.end, "consumed more than was buffered");
+        debug_assert!(
+            self.start + n <= self.end,
+            "consumed more than was buffered"
+        );
         self.start += n;
         if self.start == self.end {
             self.start = 0;
@@ -63,8 +70,15 @@ impl ReadBuf {
     /// Read at least one more byte. `want` is how many more bytes the partial message at the
     /// front needs (if known), so a large message is read into a buffer grown once.
     /// Returns Ok(false) on a clean end of stream.
-    async fn fill<S: AsyncRead + Unpin>(&mut self, stream: &mut S, want: usize) -> io::Result<bool> {
-        if self.start > 0 && (self.end == self.buf.len() || self.end - self.start + want > self.buf.len() - self.start) {
+    async fn fill<S: AsyncRead + Unpin>(
+        &mut self,
+        stream: &mut S,
+        want: usize,
+    ) -> io::Result<bool> {
+        if self.start > 0
+            && (self.end == self.buf.len()
+                || self.end - self.start + want > self.buf.len() - self.start)
+        {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -131,7 +145,10 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         }
         Some(Err(end)) => return end,
         None => {
-            let e = PgError::fatal(SqlState::CONNECTION_FAILURE, "canceling authentication due to timeout");
+            let e = PgError::fatal(
+                SqlState::CONNECTION_FAILURE,
+                "canceling authentication due to timeout",
+            );
             out.clear();
             backend::write_error(&mut out, &e);
             let _ = stream.write_all(&out).await;
@@ -177,13 +194,19 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                 rbuf.consume(n);
                 stream.write_all(b"N").await?;
             }
-            StartupRequest::Cancel { process_id, secret_key } => {
+            StartupRequest::Cancel {
+                process_id,
+                secret_key,
+            } => {
                 shard.route_cancel(process_id, secret_key);
                 return Err(End::CancelRequest);
             }
             StartupRequest::Startup { version, params } => {
                 if over_limit {
-                    return Err(End::Fatal(PgError::fatal(SqlState::TOO_MANY_CONNECTIONS, "sorry, too many clients already")));
+                    return Err(End::Fatal(PgError::fatal(
+                        SqlState::TOO_MANY_CONNECTIONS,
+                        "sorry, too many clients already",
+                    )));
                 }
                 let Some(user) = params.get("user").filter(|u| !u.is_empty()) else {
                     return Err(End::Fatal(PgError::fatal(
@@ -193,20 +216,34 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                 };
                 let info = ConnInfo {
                     user: user.to_string(),
-                    database: params.get("database").filter(|d| !d.is_empty()).unwrap_or(user).to_string(),
+                    database: params
+                        .get("database")
+                        .filter(|d| !d.is_empty())
+                        .unwrap_or(user)
+                        .to_string(),
                     process_id: shard.next_process_id(),
                     shard_id: shard.id,
                 };
                 // We speak 3.0; a newer minor version or `_pq_.` options get
                 // NegotiateProtocolVersion and the connection goes on in 3.0.
-                let unrecognized: Vec<&str> = params.iter().map(|(k, _)| k).filter(|k| k.starts_with("_pq_.")).collect();
+                let unrecognized: Vec<&str> = params
+                    .iter()
+                    .map(|(k, _)| k)
+                    .filter(|k| k.starts_with("_pq_."))
+                    .collect();
                 if version & 0xffff != 0 || !unrecognized.is_empty() {
-                    backend::write_negotiate_protocol_version(out, 0, unrecognized.into_iter());
+                    backend::write_negotiate_protocol_version(
+                        out,
+                        frontend::PROTOCOL_3_0,
+                        unrecognized.into_iter(),
+                    );
                 }
                 authenticate(shard, stream, rbuf, out, &info.user, n).await?;
                 // The StartupMessage is still at the front of rbuf (authentication read past it
                 // and dropped only its own message), so the session is built from it in place.
-                let Ok(StartupRequest::Startup { params, .. }) = StartupRequest::parse(&rbuf.data()[4..4 + body_len]) else {
+                let Ok(StartupRequest::Startup { params, .. }) =
+                    StartupRequest::parse(&rbuf.data()[4..4 + body_len])
+                else {
                     unreachable!("the startup packet was parsed above and is still buffered")
                 };
                 let start = SessionStart {
@@ -216,10 +253,12 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                     process_id: info.process_id,
                     shard_id: shard.id,
                 };
-                let session = shard
-                    .engine
-                    .open_session(&start)
-                    .map_err(|e| End::Fatal(PgError { severity: Severity::Fatal, ..e }))?;
+                let session = shard.engine.open_session(&start).map_err(|e| {
+                    End::Fatal(PgError {
+                        severity: Severity::Fatal,
+                        ..e
+                    })
+                })?;
                 rbuf.consume(n);
                 break (session, info);
             }
@@ -266,7 +305,9 @@ async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
             // The password message must fit a small bound: nothing legitimate is larger.
             const MAX_PASSWORD_MESSAGE_BYTES: usize = 8192;
             let (tag, password_ok) = loop {
-                match split_frame(&rbuf.data()[startup_len..], MAX_PASSWORD_MESSAGE_BYTES).map_err(End::Fatal)? {
+                match split_frame(&rbuf.data()[startup_len..], MAX_PASSWORD_MESSAGE_BYTES)
+                    .map_err(End::Fatal)?
+                {
                     Some((frame, _)) => {
                         if frame.tag != b'p' {
                             break (frame.tag, false);
@@ -298,7 +339,8 @@ async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                 .ok()
                 .flatten()
                 .expect("the password message was framed above");
-            rbuf.buf.copy_within(rbuf.start..rbuf.start + startup_len, rbuf.start + n);
+            rbuf.buf
+                .copy_within(rbuf.start..rbuf.start + startup_len, rbuf.start + n);
             rbuf.consume(n);
             Ok(())
         }
@@ -346,11 +388,27 @@ enum Flow {
 }
 
 impl<E: Engine> Conn<E> {
-    async fn run<S: AsyncRead + AsyncWrite + Unpin>(mut self, stream: &mut S, rbuf: &mut ReadBuf, mut out: Vec<u8>) -> End {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+        mut self,
+        stream: &mut S,
+        rbuf: &mut ReadBuf,
+        mut out: Vec<u8>,
+    ) -> End {
         let max = self.shard.config.max_message_bytes;
         loop {
             // Handle every complete message already received, then flush once.
             loop {
+                // PostgreSQL rejects an unknown message type on its tag byte alone, before
+                // waiting for a body that may never come.
+                if let Some(&tag) = rbuf.data().first() {
+                    if !frontend::is_frontend_tag(tag) {
+                        let e = PgError::fatal(
+                            SqlState::PROTOCOL_VIOLATION,
+                            format!("invalid frontend message type {tag}"),
+                        );
+                        return self.fatal(stream, &mut out, e).await;
+                    }
+                }
                 let (frame, n) = match split_frame(rbuf.data(), max) {
                     Ok(Some(f)) => f,
                     Ok(None) => break,
@@ -358,7 +416,15 @@ impl<E: Engine> Conn<E> {
                 };
                 let flow = match FrontendMessage::parse(frame) {
                     Ok(msg) => self.handle(msg, &mut out).await,
-                    Err(e) if e.severity == Severity::Fatal => return self.fatal(stream, &mut out, e).await,
+                    Err(e) if e.severity == Severity::Fatal => {
+                        return self.fatal(stream, &mut out, e).await
+                    }
+                    Err(e) if frame.tag == b'Q' && !self.skip_until_sync => {
+                        // A malformed simple Query fails like any other simple Query: error,
+                        // then ReadyForQuery. Only extended-protocol errors skip to Sync.
+                        self.fail_simple(&mut out, e);
+                        Ok(Flow::Continue)
+                    }
                     Err(e) => {
                         if !self.skip_until_sync {
                             self.fail_extended(&mut out, e);
@@ -397,8 +463,16 @@ impl<E: Engine> Conn<E> {
         }
     }
 
-    async fn fatal<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, out: &mut Vec<u8>, e: PgError) -> End {
-        let e = PgError { severity: Severity::Fatal, ..e };
+    async fn fatal<S: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut S,
+        out: &mut Vec<u8>,
+        e: PgError,
+    ) -> End {
+        let e = PgError {
+            severity: Severity::Fatal,
+            ..e
+        };
         backend::write_error(out, &e);
         let _ = flush(stream, out).await;
         End::Fatal(e)
@@ -414,6 +488,17 @@ impl<E: Engine> Conn<E> {
         }
     }
 
+    /// An error ending a simple-protocol cycle: report it, fail an open transaction block,
+    /// and be ready for the next query.
+    fn fail_simple(&mut self, out: &mut Vec<u8>, e: PgError) {
+        backend::write_error(out, &e);
+        self.error_in_cycle = true;
+        if self.tx == TransactionStatus::InBlock {
+            self.tx = TransactionStatus::Failed;
+        }
+        self.ready_for_query(out);
+    }
+
     /// End of a query cycle: ReadyForQuery, and per-query state is dropped.
     fn ready_for_query(&mut self, out: &mut Vec<u8>) {
         if self.tx == TransactionStatus::Idle || self.close_all_portals {
@@ -421,14 +506,20 @@ impl<E: Engine> Conn<E> {
             self.portals.clear();
             self.close_all_portals = false;
         }
-        self.shard.engine.end_of_cycle(&mut self.session, self.tx, self.error_in_cycle, out);
+        self.shard
+            .engine
+            .end_of_cycle(&mut self.session, self.tx, self.error_in_cycle, out);
         self.error_in_cycle = false;
         backend::write_ready_for_query(out, self.tx);
         self.arena.reset();
     }
 
     /// Handle one message. `Err` is fatal for the connection.
-    async fn handle(&mut self, msg: FrontendMessage<'_>, out: &mut Vec<u8>) -> Result<Flow, PgError> {
+    async fn handle(
+        &mut self,
+        msg: FrontendMessage<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Flow, PgError> {
         if self.skip_until_sync {
             match msg {
                 FrontendMessage::Sync => {}
@@ -436,7 +527,8 @@ impl<E: Engine> Conn<E> {
                 _ => return Ok(Flow::Continue),
             }
         }
-        if let (Some(canned), FrontendMessage::Query { .. }) = (&self.shard.wire_floor_reply, &msg) {
+        if let (Some(canned), FrontendMessage::Query { .. }) = (&self.shard.wire_floor_reply, &msg)
+        {
             // Benchmark floor: same shards, framing and parsing, no SQL (see ServerConfig).
             out.extend_from_slice(canned);
             return Ok(Flow::Continue);
@@ -448,22 +540,22 @@ impl<E: Engine> Conn<E> {
                 self.statements.remove("");
                 self.portals.remove("");
                 self.cancel.reset();
-                let result = engine.simple_query(&mut cx!(self, out), sql).await;
-                if let Err(e) = result {
-                    if e.severity == Severity::Fatal {
-                        return Err(e);
-                    }
-                    backend::write_error(out, &e);
-                    self.error_in_cycle = true;
-                    if self.tx == TransactionStatus::InBlock {
-                        self.tx = TransactionStatus::Failed;
-                    }
+                match engine.simple_query(&mut cx!(self, out), sql).await {
+                    Ok(()) => self.ready_for_query(out),
+                    Err(e) if e.severity == Severity::Fatal => return Err(e),
+                    Err(e) => self.fail_simple(out, e),
                 }
-                self.ready_for_query(out);
             }
-            FrontendMessage::Parse { name, sql, param_types } => {
+            FrontendMessage::Parse {
+                name,
+                sql,
+                param_types,
+            } => {
                 if !name.is_empty() && self.statements.contains(name) {
-                    let e = PgError::new(SqlState::DUPLICATE_PREPARED_STATEMENT, format!("prepared statement \"{name}\" already exists"));
+                    let e = PgError::new(
+                        SqlState::DUPLICATE_PREPARED_STATEMENT,
+                        format!("prepared statement \"{name}\" already exists"),
+                    );
                     self.fail_extended(out, e);
                     return Ok(Flow::Continue);
                 }
@@ -481,7 +573,10 @@ impl<E: Engine> Conn<E> {
                     return Ok(Flow::Continue);
                 };
                 if !bind.portal.is_empty() && self.portals.contains_key(bind.portal) {
-                    let e = PgError::new(SqlState::DUPLICATE_CURSOR, format!("portal \"{}\" already exists", bind.portal));
+                    let e = PgError::new(
+                        SqlState::DUPLICATE_CURSOR,
+                        format!("portal \"{}\" already exists", bind.portal),
+                    );
                     self.fail_extended(out, e);
                     return Ok(Flow::Continue);
                 }
@@ -493,11 +588,17 @@ impl<E: Engine> Conn<E> {
                     Err(e) => self.fail_extended(out, e),
                 }
             }
-            FrontendMessage::Describe { target: Target::Statement, name } => match self.statements.get(name) {
+            FrontendMessage::Describe {
+                target: Target::Statement,
+                name,
+            } => match self.statements.get(name) {
                 Some(statement) => engine.describe_statement(statement, &self.arena, out),
                 None => self.fail_extended(out, no_statement(name)),
             },
-            FrontendMessage::Describe { target: Target::Portal, name } => match self.portals.get(name) {
+            FrontendMessage::Describe {
+                target: Target::Portal,
+                name,
+            } => match self.portals.get(name) {
                 Some(portal) => engine.describe_portal(portal, &self.arena, out),
                 None => self.fail_extended(out, no_portal(name)),
             },
@@ -543,17 +644,23 @@ impl<E: Engine> Conn<E> {
             FrontendMessage::Flush => self.flush_requested.set(true),
             FrontendMessage::Terminate => return Ok(Flow::Terminate),
             // Outside COPY these are ignored, per the protocol.
-            FrontendMessage::CopyData { .. } | FrontendMessage::CopyDone | FrontendMessage::CopyFail { .. } => {}
+            FrontendMessage::CopyData { .. }
+            | FrontendMessage::CopyDone
+            | FrontendMessage::CopyFail { .. } => {}
             FrontendMessage::FunctionCall => {
-                let e = PgError::new(SqlState::FEATURE_NOT_SUPPORTED, "fast-path function calls are not supported");
-                backend::write_error(out, &e);
-                if self.tx == TransactionStatus::InBlock {
-                    self.tx = TransactionStatus::Failed;
-                }
-                self.ready_for_query(out);
+                self.fail_simple(
+                    out,
+                    PgError::new(
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        "fast-path function calls are not supported",
+                    ),
+                );
             }
             FrontendMessage::Password { .. } => {
-                return Err(PgError::fatal(SqlState::PROTOCOL_VIOLATION, "unexpected password message outside authentication"));
+                return Err(PgError::fatal(
+                    SqlState::PROTOCOL_VIOLATION,
+                    "unexpected password message outside authentication",
+                ));
             }
         }
         Ok(Flow::Continue)
@@ -562,9 +669,15 @@ impl<E: Engine> Conn<E> {
 
 fn no_statement(name: &str) -> PgError {
     if name.is_empty() {
-        PgError::new(SqlState::INVALID_SQL_STATEMENT_NAME, "unnamed prepared statement does not exist")
+        PgError::new(
+            SqlState::INVALID_SQL_STATEMENT_NAME,
+            "unnamed prepared statement does not exist",
+        )
     } else {
-        PgError::new(SqlState::INVALID_SQL_STATEMENT_NAME, format!("prepared statement \"{name}\" does not exist"))
+        PgError::new(
+            SqlState::INVALID_SQL_STATEMENT_NAME,
+            format!("prepared statement \"{name}\" does not exist"),
+        )
     }
 }
 
@@ -572,7 +685,10 @@ fn no_portal(name: &str) -> PgError {
     if name.is_empty() {
         PgError::new(SqlState::INVALID_CURSOR_NAME, "portal \"\" does not exist")
     } else {
-        PgError::new(SqlState::INVALID_CURSOR_NAME, format!("portal \"{name}\" does not exist"))
+        PgError::new(
+            SqlState::INVALID_CURSOR_NAME,
+            format!("portal \"{name}\" does not exist"),
+        )
     }
 }
 

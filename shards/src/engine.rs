@@ -55,7 +55,9 @@ pub struct Statements<S> {
 
 impl<S> Default for Statements<S> {
     fn default() -> Self {
-        Statements { map: HashMap::new() }
+        Statements {
+            map: HashMap::new(),
+        }
     }
 }
 
@@ -127,12 +129,22 @@ pub trait Engine: 'static {
     /// statements before it stay in `cx.out`.
     async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError>;
 
-    fn parse(&self, cx: &mut Cx<'_, Self>, sql: &str, param_types: Oids<'_>) -> Result<Self::Statement, PgError>;
+    fn parse(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        sql: &str,
+        param_types: Oids<'_>,
+    ) -> Result<Self::Statement, PgError>;
 
     /// Append ParameterDescription and then RowDescription (or NoData).
     fn describe_statement(&self, statement: &Self::Statement, arena: &Bump, out: &mut Vec<u8>);
 
-    fn bind(&self, cx: &mut Cx<'_, Self>, statement: &Rc<Self::Statement>, bind: &Bind<'_>) -> Result<Self::Portal, PgError>;
+    fn bind(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        statement: &Rc<Self::Statement>,
+        bind: &Bind<'_>,
+    ) -> Result<Self::Portal, PgError>;
 
     /// Append RowDescription (with the result formats chosen at Bind) or NoData.
     fn describe_portal(&self, portal: &Self::Portal, arena: &Bump, out: &mut Vec<u8>);
@@ -141,11 +153,22 @@ pub trait Engine: 'static {
     /// `error_in_cycle` says whether an error was reported since the last ReadyForQuery (an
     /// implicit transaction then rolls back). The engine writes any ParameterStatus messages
     /// its settings changes owe the client.
-    fn end_of_cycle(&self, session: &mut Self::Session, tx: TransactionStatus, error_in_cycle: bool, out: &mut Vec<u8>);
+    fn end_of_cycle(
+        &self,
+        session: &mut Self::Session,
+        tx: TransactionStatus,
+        error_in_cycle: bool,
+        out: &mut Vec<u8>,
+    );
 
     /// Run a portal for at most `max_rows` rows (0 = all), writing DataRows and, when it
     /// finishes, CommandComplete (or EmptyQueryResponse for an empty statement).
-    async fn execute(&self, cx: &mut Cx<'_, Self>, portal: &mut Self::Portal, max_rows: u32) -> Result<Execution, PgError>;
+    async fn execute(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        portal: &mut Self::Portal,
+        max_rows: u32,
+    ) -> Result<Execution, PgError>;
 }
 
 /// Cancellation of the statement a connection is running, set from a CancelRequest that may
@@ -185,12 +208,19 @@ impl CancelToken {
     /// Sleep for `duration`, ending early with 57014 when the statement is cancelled.
     pub async fn sleep(&self, duration: Duration) -> Result<(), PgError> {
         self.check()?;
-        CancellableSleep { timer: glommio::timer::Timer::new(duration), token: self }.await
+        CancellableSleep {
+            timer: glommio::timer::Timer::new(duration),
+            token: self,
+        }
+        .await
     }
 }
 
 pub fn query_canceled() -> PgError {
-    PgError::new(SqlState::QUERY_CANCELED, "canceling statement due to user request")
+    PgError::new(
+        SqlState::QUERY_CANCELED,
+        "canceling statement due to user request",
+    )
 }
 
 struct CancellableSleep<'a> {

@@ -35,7 +35,9 @@ pub struct Listeners {
 pub fn bind(config: &ServerConfig) -> Result<Listeners, String> {
     let shards = config.placement.shard_count();
     if shards > MAX_SHARDS {
-        return Err(format!("at most {MAX_SHARDS} shards are supported, {shards} were asked for"));
+        return Err(format!(
+            "at most {MAX_SHARDS} shards are supported, {shards} were asked for"
+        ));
     }
     let mut addr = config.listen;
     let mut sockets = Vec::with_capacity(shards);
@@ -59,7 +61,10 @@ pub fn bind(config: &ServerConfig) -> Result<Listeners, String> {
         }
         sockets.push(socket.into());
     }
-    Ok(Listeners { sockets, local_addr: addr })
+    Ok(Listeners {
+        sockets,
+        local_addr: addr,
+    })
 }
 
 /// Start every shard and block until they all stop. `make_engine` runs on each shard's own
@@ -75,7 +80,9 @@ where
     let open_connections = Arc::new(AtomicUsize::new(0));
     // Cancel requests are rare; a small bounded queue per shard is plenty, and a full one
     // drops the request (best-effort, like PostgreSQL's signal).
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::bounded::<CancelMessage>(256)).unzip();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards)
+        .map(|_| flume::bounded::<CancelMessage>(256))
+        .unzip();
     let mut handles = Vec::with_capacity(shards);
     for (id, (listener, cancel_rx)) in listeners.sockets.into_iter().zip(receivers).enumerate() {
         let placement = match &config.placement {
@@ -107,7 +114,11 @@ where
     Ok(())
 }
 
-async fn shard_main<E: Engine>(shard: Rc<Shard<E>>, listener: glommio::net::TcpListener, cancels: flume::Receiver<CancelMessage>) {
+async fn shard_main<E: Engine>(
+    shard: Rc<Shard<E>>,
+    listener: glommio::net::TcpListener,
+    cancels: flume::Receiver<CancelMessage>,
+) {
     let cancel_task = {
         let shard = shard.clone();
         glommio::spawn_local(async move {
@@ -117,7 +128,11 @@ async fn shard_main<E: Engine>(shard: Rc<Shard<E>>, listener: glommio::net::TcpL
         })
     };
     cancel_task.detach();
-    log::debug!("shard {} accepting on {:?}", shard.id, listener.local_addr());
+    log::debug!(
+        "shard {} accepting on {:?}",
+        shard.id,
+        listener.local_addr()
+    );
     loop {
         let stream = match listener.accept().await {
             Ok(s) => s,
@@ -137,9 +152,17 @@ async fn shard_main<E: Engine>(shard: Rc<Shard<E>>, listener: glommio::net::TcpL
             shard.connection_closed();
             match end {
                 End::ClientClosed | End::Terminated | End::CancelRequest => {
-                    log::debug!("shard {}: connection from {peer:?} closed ({end:?})", shard.id)
+                    log::debug!(
+                        "shard {}: connection from {peer:?} closed ({end:?})",
+                        shard.id
+                    )
                 }
-                End::Fatal(e) => log::info!("shard {}: connection from {peer:?} ended: {} {}", shard.id, e.code, e.message),
+                End::Fatal(e) => log::info!(
+                    "shard {}: connection from {peer:?} ended: {} {}",
+                    shard.id,
+                    e.code,
+                    e.message
+                ),
                 End::Io(e) => log::info!("shard {}: connection from {peer:?} ended: {e}", shard.id),
             }
         })

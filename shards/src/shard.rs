@@ -48,7 +48,10 @@ impl<E: Engine> Shard<E> {
         cancel_mesh: Vec<flume::Sender<CancelMessage>>,
         open_connections: Arc<AtomicUsize>,
     ) -> Shard<E> {
-        assert!(id < MAX_SHARDS, "shard id {id} does not fit in a process id");
+        assert!(
+            id < MAX_SHARDS,
+            "shard id {id} does not fit in a process id"
+        );
         Shard {
             id,
             engine,
@@ -81,7 +84,9 @@ impl<E: Engine> Shard<E> {
     /// BackendKeyData.
     pub fn register_cancel(&self, process_id: i32, token: Rc<CancelToken>) -> i32 {
         let secret = random_i32();
-        self.cancels.borrow_mut().insert(process_id, (secret, token));
+        self.cancels
+            .borrow_mut()
+            .insert(process_id, (secret, token));
         secret
     }
 
@@ -95,7 +100,10 @@ impl<E: Engine> Shard<E> {
         let Ok(key) = <[u8; 4]>::try_from(secret_key) else {
             return; // ringwire hands out 4-byte keys; a longer one cannot be ours.
         };
-        let msg = CancelMessage { process_id, secret_key: i32::from_be_bytes(key) };
+        let msg = CancelMessage {
+            process_id,
+            secret_key: i32::from_be_bytes(key),
+        };
         let owner = shard_of_process_id(process_id);
         if owner == self.id {
             self.apply_cancel(msg);
@@ -117,7 +125,10 @@ impl<E: Engine> Shard<E> {
     pub fn check_password(&self, user: &str, password: &str) -> bool {
         // Compare against a dummy when the user is unknown so both cases take the same time.
         let expected = self.config.users.get(user);
-        let ok = constant_time_eq(expected.map_or(b"\0no such user\0".as_slice(), |p| p.as_bytes()), password.as_bytes());
+        let ok = constant_time_eq(
+            expected.map_or(b"\0no such user\0".as_slice(), |p| p.as_bytes()),
+            password.as_bytes(),
+        );
         ok && expected.is_some()
     }
 
@@ -167,7 +178,8 @@ pub(crate) fn random_i32() -> i32 {
     let mut filled = 0;
     while filled < buf.len() {
         // SAFETY: writes at most the remaining bytes of `buf`.
-        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        let n =
+            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
         if n > 0 {
             filled += n as usize;
         } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
