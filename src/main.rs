@@ -7,10 +7,17 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
-use shards::config::{parse_cpu_list, AuthMethod, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES, DEFAULT_MAX_MESSAGE_BYTES};
+use shards::config::{
+    parse_cpu_list, AuthMethod, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+};
 
 #[derive(Parser, Debug)]
-#[command(name = "ringwire", version, about = "A PostgreSQL wire-protocol frontend, thread-per-core on io_uring.")]
+#[command(
+    name = "ringwire",
+    version,
+    about = "A PostgreSQL wire-protocol frontend, thread-per-core on io_uring."
+)]
 struct Cli {
     /// Address to listen on for PostgreSQL clients. Port 0 picks a free port (printed at startup).
     #[arg(long, default_value = "127.0.0.1:6875")]
@@ -91,7 +98,8 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
         users.insert(name, password);
     }
     if let Some(path) = &cli.users_file {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read --users-file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read --users-file {}: {e}", path.display()))?;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -119,7 +127,10 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    env_logger::Builder::new().filter_level(cli.log_level).format_timestamp_millis().init();
+    env_logger::Builder::new()
+        .filter_level(cli.log_level)
+        .format_timestamp_millis()
+        .init();
     let config = match build_config(cli).and_then(|c| c.preflight().map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
@@ -135,8 +146,17 @@ fn main() -> ExitCode {
         }
     };
     // Tests and scripts read this line to find the port when --listen used port 0.
-    println!("ringwire listening on {} with {} shard(s)", listeners.local_addr, config.placement.shard_count());
-    log::info!("placement {:?}, auth {:?}, max {} connections", config.placement, config.auth, config.max_connections);
+    println!(
+        "ringwire listening on {} with {} shard(s)",
+        listeners.local_addr,
+        config.placement.shard_count()
+    );
+    log::info!(
+        "placement {:?}, auth {:?}, max {} connections",
+        config.placement,
+        config.auth,
+        config.max_connections
+    );
     match shards::runtime::run(config, listeners, |_shard| Frontend::new()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

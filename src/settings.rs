@@ -18,7 +18,10 @@ enum Kind {
     ReadOnly,
     Text,
     Bool,
-    Int { min: i64, max: i64 },
+    Int {
+        min: i64,
+        max: i64,
+    },
     /// Milliseconds, accepting PostgreSQL's units (`5s`, `100ms`, `1min`).
     DurationMs,
     Enum(&'static [&'static str]),
@@ -38,35 +41,193 @@ struct Def {
     description: &'static str,
 }
 
-const ISOLATION_LEVELS: &[&str] = &["strict serializable", "serializable", "repeatable read", "read committed", "read uncommitted"];
+const ISOLATION_LEVELS: &[&str] = &[
+    "strict serializable",
+    "serializable",
+    "repeatable read",
+    "read committed",
+    "read uncommitted",
+];
 
 /// The catalog, sorted by name as `SHOW ALL` lists it.
 const DEFS: &[Def] = &[
-    Def { name: "application_name", default: "", report: true, kind: Kind::Text, description: "Sets the application name to be reported in statistics and logs." },
-    Def { name: "bytea_output", default: "hex", report: false, kind: Kind::Enum(&["hex"]), description: "Sets the output format for bytea." },
-    Def { name: "client_encoding", default: "UTF8", report: true, kind: Kind::ClientEncoding, description: "Sets the client's character set encoding." },
-    Def { name: "client_min_messages", default: "notice", report: false, kind: Kind::Enum(&["debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning", "error"]), description: "Sets the message levels that are sent to the client." },
-    Def { name: "DateStyle", default: "ISO, MDY", report: true, kind: Kind::DateStyle, description: "Sets the display format for date and time values." },
-    Def { name: "default_transaction_isolation", default: "strict serializable", report: false, kind: Kind::Isolation, description: "Sets the transaction isolation level of each new transaction." },
-    Def { name: "default_transaction_read_only", default: "off", report: true, kind: Kind::Bool, description: "Sets the default read-only status of new transactions." },
-    Def { name: "extra_float_digits", default: "1", report: false, kind: Kind::Int { min: -15, max: 3 }, description: "Sets the number of digits displayed for floating-point values." },
-    Def { name: "idle_in_transaction_session_timeout", default: "0", report: false, kind: Kind::DurationMs, description: "Sets the maximum allowed idle time between queries, when in a transaction." },
-    Def { name: "in_hot_standby", default: "off", report: true, kind: Kind::ReadOnly, description: "Shows whether hot standby is currently active." },
-    Def { name: "integer_datetimes", default: "on", report: true, kind: Kind::ReadOnly, description: "Shows whether datetimes are integer based." },
-    Def { name: "IntervalStyle", default: "postgres", report: true, kind: Kind::IntervalStyle, description: "Sets the display format for interval values." },
-    Def { name: "is_superuser", default: "on", report: true, kind: Kind::ReadOnly, description: "Shows whether the current user is a superuser." },
-    Def { name: "lock_timeout", default: "0", report: false, kind: Kind::DurationMs, description: "Sets the maximum allowed duration of any wait for a lock." },
-    Def { name: "max_identifier_length", default: "63", report: false, kind: Kind::ReadOnly, description: "Shows the maximum identifier length." },
-    Def { name: "search_path", default: "\"$user\", public", report: false, kind: Kind::Text, description: "Sets the schema search order for names that are not schema-qualified." },
-    Def { name: "server_encoding", default: "UTF8", report: true, kind: Kind::ReadOnly, description: "Shows the server (database) character set encoding." },
-    Def { name: "server_version", default: SERVER_VERSION, report: true, kind: Kind::ReadOnly, description: "Shows the server version." },
-    Def { name: "server_version_num", default: "160000", report: false, kind: Kind::ReadOnly, description: "Shows the server version as an integer." },
-    Def { name: "session_authorization", default: "", report: true, kind: Kind::ReadOnly, description: "Sets the session user name." },
-    Def { name: "standard_conforming_strings", default: "on", report: true, kind: Kind::Enum(&["on"]), description: "Causes '...' strings to treat backslashes literally." },
-    Def { name: "statement_timeout", default: "0", report: false, kind: Kind::DurationMs, description: "Sets the maximum allowed duration of any statement." },
-    Def { name: "TimeZone", default: "UTC", report: true, kind: Kind::TimeZone, description: "Sets the time zone for displaying and interpreting time stamps." },
-    Def { name: "transaction_isolation", default: "strict serializable", report: false, kind: Kind::Isolation, description: "Sets the current transaction's isolation level." },
-    Def { name: "transaction_read_only", default: "off", report: false, kind: Kind::Bool, description: "Sets the current transaction's read-only status." },
+    Def {
+        name: "application_name",
+        default: "",
+        report: true,
+        kind: Kind::Text,
+        description: "Sets the application name to be reported in statistics and logs.",
+    },
+    Def {
+        name: "bytea_output",
+        default: "hex",
+        report: false,
+        kind: Kind::Enum(&["hex"]),
+        description: "Sets the output format for bytea.",
+    },
+    Def {
+        name: "client_encoding",
+        default: "UTF8",
+        report: true,
+        kind: Kind::ClientEncoding,
+        description: "Sets the client's character set encoding.",
+    },
+    Def {
+        name: "client_min_messages",
+        default: "notice",
+        report: false,
+        kind: Kind::Enum(&[
+            "debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning", "error",
+        ]),
+        description: "Sets the message levels that are sent to the client.",
+    },
+    Def {
+        name: "DateStyle",
+        default: "ISO, MDY",
+        report: true,
+        kind: Kind::DateStyle,
+        description: "Sets the display format for date and time values.",
+    },
+    Def {
+        name: "default_transaction_isolation",
+        default: "strict serializable",
+        report: false,
+        kind: Kind::Isolation,
+        description: "Sets the transaction isolation level of each new transaction.",
+    },
+    Def {
+        name: "default_transaction_read_only",
+        default: "off",
+        report: true,
+        kind: Kind::Bool,
+        description: "Sets the default read-only status of new transactions.",
+    },
+    Def {
+        name: "extra_float_digits",
+        default: "1",
+        report: false,
+        kind: Kind::Int { min: -15, max: 3 },
+        description: "Sets the number of digits displayed for floating-point values.",
+    },
+    Def {
+        name: "idle_in_transaction_session_timeout",
+        default: "0",
+        report: false,
+        kind: Kind::DurationMs,
+        description: "Sets the maximum allowed idle time between queries, when in a transaction.",
+    },
+    Def {
+        name: "in_hot_standby",
+        default: "off",
+        report: true,
+        kind: Kind::ReadOnly,
+        description: "Shows whether hot standby is currently active.",
+    },
+    Def {
+        name: "integer_datetimes",
+        default: "on",
+        report: true,
+        kind: Kind::ReadOnly,
+        description: "Shows whether datetimes are integer based.",
+    },
+    Def {
+        name: "IntervalStyle",
+        default: "postgres",
+        report: true,
+        kind: Kind::IntervalStyle,
+        description: "Sets the display format for interval values.",
+    },
+    Def {
+        name: "is_superuser",
+        default: "on",
+        report: true,
+        kind: Kind::ReadOnly,
+        description: "Shows whether the current user is a superuser.",
+    },
+    Def {
+        name: "lock_timeout",
+        default: "0",
+        report: false,
+        kind: Kind::DurationMs,
+        description: "Sets the maximum allowed duration of any wait for a lock.",
+    },
+    Def {
+        name: "max_identifier_length",
+        default: "63",
+        report: false,
+        kind: Kind::ReadOnly,
+        description: "Shows the maximum identifier length.",
+    },
+    Def {
+        name: "search_path",
+        default: "\"$user\", public",
+        report: false,
+        kind: Kind::Text,
+        description: "Sets the schema search order for names that are not schema-qualified.",
+    },
+    Def {
+        name: "server_encoding",
+        default: "UTF8",
+        report: true,
+        kind: Kind::ReadOnly,
+        description: "Shows the server (database) character set encoding.",
+    },
+    Def {
+        name: "server_version",
+        default: SERVER_VERSION,
+        report: true,
+        kind: Kind::ReadOnly,
+        description: "Shows the server version.",
+    },
+    Def {
+        name: "server_version_num",
+        default: "160000",
+        report: false,
+        kind: Kind::ReadOnly,
+        description: "Shows the server version as an integer.",
+    },
+    Def {
+        name: "session_authorization",
+        default: "",
+        report: true,
+        kind: Kind::ReadOnly,
+        description: "Sets the session user name.",
+    },
+    Def {
+        name: "standard_conforming_strings",
+        default: "on",
+        report: true,
+        kind: Kind::Enum(&["on"]),
+        description: "Causes '...' strings to treat backslashes literally.",
+    },
+    Def {
+        name: "statement_timeout",
+        default: "0",
+        report: false,
+        kind: Kind::DurationMs,
+        description: "Sets the maximum allowed duration of any statement.",
+    },
+    Def {
+        name: "TimeZone",
+        default: "UTC",
+        report: true,
+        kind: Kind::TimeZone,
+        description: "Sets the time zone for displaying and interpreting time stamps.",
+    },
+    Def {
+        name: "transaction_isolation",
+        default: "strict serializable",
+        report: false,
+        kind: Kind::Isolation,
+        description: "Sets the current transaction's isolation level.",
+    },
+    Def {
+        name: "transaction_read_only",
+        default: "off",
+        report: false,
+        kind: Kind::Bool,
+        description: "Sets the current transaction's read-only status.",
+    },
 ];
 
 fn find(name: &str) -> Option<usize> {
@@ -92,9 +253,21 @@ impl Settings {
     pub fn new(user: &str) -> Settings {
         let values = DEFS
             .iter()
-            .map(|d| if d.name == "session_authorization" { user.to_string() } else { d.default.to_string() })
+            .map(|d| {
+                if d.name == "session_authorization" {
+                    user.to_string()
+                } else {
+                    d.default.to_string()
+                }
+            })
             .collect();
-        Settings { values, local: BTreeMap::new(), custom: BTreeMap::new(), text: TextContext::default(), snapshot: None }
+        Settings {
+            values,
+            local: BTreeMap::new(),
+            custom: BTreeMap::new(),
+            text: TextContext::default(),
+            snapshot: None,
+        }
     }
 
     pub fn text_context(&self) -> &TextContext {
@@ -105,7 +278,10 @@ impl Settings {
     pub fn get(&self, name: &str) -> Option<&str> {
         match find(name) {
             Some(i) => Some(self.local.get(&i).unwrap_or(&self.values[i])),
-            None => self.custom.get(&name.to_ascii_lowercase()).map(String::as_str),
+            None => self
+                .custom
+                .get(&name.to_ascii_lowercase())
+                .map(String::as_str),
         }
     }
 
@@ -117,7 +293,14 @@ impl Settings {
     /// `SET [LOCAL] name = value` (value None = DEFAULT). `in_transaction`: whether an explicit
     /// or implicit transaction is open (LOCAL outside one has no effect, with a warning, as in
     /// PostgreSQL). Returns the ParameterStatus reports to send.
-    pub fn set(&mut self, name: &str, value: Option<&str>, local: bool, in_block: bool, reports: &mut Vec<(&'static str, String)>) -> Result<(), PgError> {
+    pub fn set(
+        &mut self,
+        name: &str,
+        value: Option<&str>,
+        local: bool,
+        in_block: bool,
+        reports: &mut Vec<(&'static str, String)>,
+    ) -> Result<(), PgError> {
         let Some(i) = find(name) else {
             if name.contains('.') {
                 self.save_snapshot();
@@ -129,7 +312,10 @@ impl Settings {
         };
         let def = &DEFS[i];
         if def.kind == Kind::ReadOnly {
-            return Err(PgError::new(SqlState::CANT_CHANGE_RUNTIME_PARAM, format!("parameter \"{}\" cannot be changed", def.name)));
+            return Err(PgError::new(
+                SqlState::CANT_CHANGE_RUNTIME_PARAM,
+                format!("parameter \"{}\" cannot be changed", def.name),
+            ));
         }
         let canonical = match value {
             None => def.default.to_string(),
@@ -152,7 +338,10 @@ impl Settings {
     /// `RESET ALL`.
     pub fn reset_all(&mut self, reports: &mut Vec<(&'static str, String)>) {
         for def in DEFS {
-            if def.kind != Kind::ReadOnly && def.name != "transaction_isolation" && def.name != "transaction_read_only" {
+            if def.kind != Kind::ReadOnly
+                && def.name != "transaction_isolation"
+                && def.name != "transaction_read_only"
+            {
                 let _ = self.set(def.name, None, false, false, reports);
             }
         }
@@ -165,7 +354,12 @@ impl Settings {
         }
     }
 
-    fn after_change(&mut self, i: usize, before: Option<String>, reports: &mut Vec<(&'static str, String)>) {
+    fn after_change(
+        &mut self,
+        i: usize,
+        before: Option<String>,
+        reports: &mut Vec<(&'static str, String)>,
+    ) {
         let def = &DEFS[i];
         let now = self.get(def.name).unwrap_or_default().to_string();
         if def.name == "TimeZone" || def.name == "extra_float_digits" {
@@ -181,13 +375,18 @@ impl Settings {
         if let Ok(tz) = TimeZone::parse(tz) {
             self.text.time_zone = tz;
         }
-        self.text.extra_float_digits = self.get("extra_float_digits").and_then(|v| v.parse().ok()).unwrap_or(1);
+        self.text.extra_float_digits = self
+            .get("extra_float_digits")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
     }
 
     /// The transaction ended. On commit, session values stay; on rollback they return to the
     /// snapshot. `SET LOCAL` values end either way. Changed reported values are re-reported.
     pub fn end_transaction(&mut self, commit: bool, reports: &mut Vec<(&'static str, String)>) {
-        let before: Vec<String> = (0..DEFS.len()).map(|i| self.get(DEFS[i].name).unwrap_or_default().to_string()).collect();
+        let before: Vec<String> = (0..DEFS.len())
+            .map(|i| self.get(DEFS[i].name).unwrap_or_default().to_string())
+            .collect();
         self.local.clear();
         if let Some(snapshot) = self.snapshot.take() {
             if !commit {
@@ -203,12 +402,15 @@ impl Settings {
 
     /// Every setting, for `SHOW ALL`: (name, value, description).
     pub fn all(&self) -> impl Iterator<Item = (&'static str, &str, &'static str)> + '_ {
-        DEFS.iter().map(move |d| (d.name, self.get(d.name).unwrap_or_default(), d.description))
+        DEFS.iter()
+            .map(move |d| (d.name, self.get(d.name).unwrap_or_default(), d.description))
     }
 
     /// The reported settings, for the ParameterStatus messages at startup.
     pub fn reported(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
-        DEFS.iter().filter(|d| d.report).map(move |d| (d.name, self.get(d.name).unwrap_or_default()))
+        DEFS.iter()
+            .filter(|d| d.report)
+            .map(move |d| (d.name, self.get(d.name).unwrap_or_default()))
     }
 
     /// Apply a startup parameter (they behave like SET at session start).
@@ -221,11 +423,20 @@ impl Settings {
 }
 
 fn unrecognized(name: &str) -> PgError {
-    PgError::new(SqlState::UNDEFINED_OBJECT, format!("unrecognized configuration parameter \"{name}\""))
+    PgError::new(
+        SqlState::UNDEFINED_OBJECT,
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
 }
 
 fn invalid(def: &Def, value: &str) -> PgError {
-    PgError::new(SqlState::INVALID_PARAMETER_VALUE, format!("invalid value for parameter \"{}\": \"{}\"", def.name, value))
+    PgError::new(
+        SqlState::INVALID_PARAMETER_VALUE,
+        format!(
+            "invalid value for parameter \"{}\": \"{}\"",
+            def.name, value
+        ),
+    )
 }
 
 /// Check a value and return its canonical form (what SHOW prints afterwards).
@@ -237,16 +448,28 @@ fn validate(def: &Def, value: &str) -> Result<String, PgError> {
         Kind::Bool => match parse_bool(v) {
             Some(true) => Ok("on".into()),
             Some(false) => Ok("off".into()),
-            None => Err(PgError::new(SqlState::INVALID_PARAMETER_VALUE, format!("parameter \"{}\" requires a Boolean value", def.name))),
+            None => Err(PgError::new(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("parameter \"{}\" requires a Boolean value", def.name),
+            )),
         },
         Kind::Int { min, max } => {
             let n: i64 = v.parse().map_err(|_| {
-                PgError::new(SqlState::INVALID_PARAMETER_VALUE, format!("invalid value for parameter \"{}\": \"{}\"", def.name, value))
+                PgError::new(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    format!(
+                        "invalid value for parameter \"{}\": \"{}\"",
+                        def.name, value
+                    ),
+                )
             })?;
             if n < min || n > max {
                 return Err(PgError::new(
                     SqlState::INVALID_PARAMETER_VALUE,
-                    format!("{n} is outside the valid range for parameter \"{}\" ({min} .. {max})", def.name),
+                    format!(
+                        "{n} is outside the valid range for parameter \"{}\" ({min} .. {max})",
+                        def.name
+                    ),
                 ));
             }
             Ok(n.to_string())
@@ -268,13 +491,21 @@ fn validate(def: &Def, value: &str) -> Result<String, PgError> {
                 .map(|l| l.to_string())
                 .ok_or_else(|| invalid(def, value))
         }
-        Kind::TimeZone => TimeZone::parse(v).map(|tz| tz.name()).map_err(|_| invalid(def, value)),
+        Kind::TimeZone => TimeZone::parse(v)
+            .map(|tz| tz.name())
+            .map_err(|_| invalid(def, value)),
         Kind::ClientEncoding => {
-            let norm: String = v.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+            let norm: String = v
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric())
+                .collect::<String>()
+                .to_ascii_lowercase();
             match norm.as_str() {
                 "utf8" | "unicode" => Ok("UTF8".into()),
                 "sqlascii" => Ok("SQL_ASCII".into()),
-                _ => Err(invalid(def, value).with_detail("ringwire speaks only UTF8 (and SQL_ASCII, which it treats as UTF8).")),
+                _ => Err(invalid(def, value).with_detail(
+                    "ringwire speaks only UTF8 (and SQL_ASCII, which it treats as UTF8).",
+                )),
             }
         }
         Kind::DateStyle => {
@@ -290,14 +521,16 @@ fn validate(def: &Def, value: &str) -> Result<String, PgError> {
             if style_ok {
                 Ok("ISO, MDY".into())
             } else {
-                Err(invalid(def, value).with_detail("ringwire supports only DateStyle \"ISO, MDY\"."))
+                Err(invalid(def, value)
+                    .with_detail("ringwire supports only DateStyle \"ISO, MDY\"."))
             }
         }
         Kind::IntervalStyle => {
             if v.eq_ignore_ascii_case("postgres") {
                 Ok("postgres".into())
             } else {
-                Err(invalid(def, value).with_detail("ringwire supports only IntervalStyle \"postgres\"."))
+                Err(invalid(def, value)
+                    .with_detail("ringwire supports only IntervalStyle \"postgres\"."))
             }
         }
     }
@@ -315,7 +548,9 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 /// PostgreSQL's time units for GUCs: a bare number is milliseconds.
 pub fn parse_duration_ms(v: &str) -> Option<u64> {
     let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(v.len());
+    let split = v
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(v.len());
     let (num, unit) = v.split_at(split);
     let num: f64 = num.parse().ok()?;
     let factor = match unit.trim() {
@@ -339,7 +574,12 @@ pub fn format_duration_ms(ms: u64) -> String {
     if ms == 0 {
         return "0".into();
     }
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)] {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1000),
+    ] {
         if ms % size == 0 {
             return format!("{}{unit}", ms / size);
         }
@@ -357,21 +597,46 @@ mod tests {
         let mut reports = Vec::new();
         assert_eq!(s.get("timezone"), Some("UTC"));
         assert_eq!(s.get("session_authorization"), Some("alice"));
-        s.set("application_name", Some("x"), false, true, &mut reports).unwrap();
+        s.set("application_name", Some("x"), false, true, &mut reports)
+            .unwrap();
         assert_eq!(reports, vec![("application_name", "x".to_string())]);
-        s.set("statement_timeout", Some("5000"), true, true, &mut reports).unwrap();
+        s.set("statement_timeout", Some("5000"), true, true, &mut reports)
+            .unwrap();
         assert_eq!(s.get("statement_timeout"), Some("5s"));
         reports.clear();
         s.end_transaction(false, &mut reports);
         assert_eq!(s.get("application_name"), Some(""));
         assert_eq!(s.get("statement_timeout"), Some("0"));
         assert_eq!(reports, vec![("application_name", String::new())]);
-        assert_eq!(s.set("nope", Some("1"), false, false, &mut reports).unwrap_err().code, SqlState::UNDEFINED_OBJECT);
-        assert_eq!(s.set("server_version", Some("1"), false, false, &mut reports).unwrap_err().code, SqlState::CANT_CHANGE_RUNTIME_PARAM);
-        assert_eq!(s.set("extra_float_digits", Some("9"), false, false, &mut reports).unwrap_err().code, SqlState::INVALID_PARAMETER_VALUE);
-        s.set("client_encoding", Some("'utf-8'".trim_matches('\'')), false, false, &mut reports).unwrap();
+        assert_eq!(
+            s.set("nope", Some("1"), false, false, &mut reports)
+                .unwrap_err()
+                .code,
+            SqlState::UNDEFINED_OBJECT
+        );
+        assert_eq!(
+            s.set("server_version", Some("1"), false, false, &mut reports)
+                .unwrap_err()
+                .code,
+            SqlState::CANT_CHANGE_RUNTIME_PARAM
+        );
+        assert_eq!(
+            s.set("extra_float_digits", Some("9"), false, false, &mut reports)
+                .unwrap_err()
+                .code,
+            SqlState::INVALID_PARAMETER_VALUE
+        );
+        s.set(
+            "client_encoding",
+            Some("'utf-8'".trim_matches('\'')),
+            false,
+            false,
+            &mut reports,
+        )
+        .unwrap();
         assert_eq!(s.get("client_encoding"), Some("UTF8"));
-        s.set("myapp.user_id", Some("42"), false, false, &mut reports).unwrap();
+        s.set("myapp.user_id", Some("42"), false, false, &mut reports)
+            .unwrap();
         assert_eq!(s.get("MyApp.User_Id"), Some("42"));
     }
 

@@ -9,10 +9,19 @@ use common::ringwire::Ringwire;
 use tokio_postgres::{error::SqlState, NoTls};
 
 fn ringwire_fails(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ringwire")).args(args).output().expect("run ringwire");
-    assert!(!out.status.success(), "ringwire {args:?} should have refused to start");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringwire"))
+        .args(args)
+        .output()
+        .expect("run ringwire");
+    assert!(
+        !out.status.success(),
+        "ringwire {args:?} should have refused to start"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "ringwire {args:?} panicked: {stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "ringwire {args:?} panicked: {stderr}"
+    );
     stderr
 }
 
@@ -22,7 +31,14 @@ fn bad_settings_are_one_clear_sentence() {
     assert!(e.contains("--cores lists CPU 4000"), "{e}");
     let e = ringwire_fails(&["--listen", "127.0.0.1:0", "--cores", "0-x"]);
     assert!(e.contains("invalid CPU list"), "{e}");
-    let e = ringwire_fails(&["--listen", "127.0.0.1:0", "--shards", "1", "--io-memory-bytes", "1099511627776"]);
+    let e = ringwire_fails(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--shards",
+        "1",
+        "--io-memory-bytes",
+        "1099511627776",
+    ]);
     assert!(e.contains("RLIMIT_MEMLOCK"), "{e}");
     let e = ringwire_fails(&["--listen", "127.0.0.1:0", "--auth", "password"]);
     assert!(e.contains("--auth password needs at least one user"), "{e}");
@@ -35,7 +51,10 @@ fn bad_settings_are_one_clear_sentence() {
     let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = blocker.local_addr().unwrap().port();
     let e = ringwire_fails(&["--listen", &format!("127.0.0.1:{port}"), "--shards", "1"]);
-    assert!(e.contains(&format!("cannot listen on 127.0.0.1:{port}")), "{e}");
+    assert!(
+        e.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{e}"
+    );
     drop(rw);
 }
 
@@ -45,24 +64,61 @@ async fn password_authentication() {
     std::fs::create_dir_all(&dir).unwrap();
     let users = dir.join("users");
     std::fs::write(&users, "# test users\nbob:hunter2\n").unwrap();
-    let rw = Ringwire::start(&["--auth", "password", "--user", "alice:s3cret", "--users-file", users.to_str().unwrap()]);
+    let rw = Ringwire::start(&[
+        "--auth",
+        "password",
+        "--user",
+        "alice:s3cret",
+        "--users-file",
+        users.to_str().unwrap(),
+    ]);
     for (user, password) in [("alice", "s3cret"), ("bob", "hunter2")] {
         let conn = format!("{} password={password}", rw.connection_string(user));
-        let (client, c) = tokio_postgres::connect(&conn, NoTls).await.unwrap_or_else(|e| panic!("{user}: {e}"));
+        let (client, c) = tokio_postgres::connect(&conn, NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("{user}: {e}"));
         tokio::spawn(c);
-        let who: String = client.query_one("select current_user::text", &[]).await.unwrap().get(0);
+        let who: String = client
+            .query_one("select current_user::text", &[])
+            .await
+            .unwrap()
+            .get(0);
         assert_eq!(who, user);
     }
     for (user, password) in [("alice", "wrong"), ("mallory", "s3cret"), ("alice", "")] {
         let conn = format!("{} password='{password}'", rw.connection_string(user));
-        let err = tokio_postgres::connect(&conn, NoTls).await.err().unwrap_or_else(|| panic!("{user}/{password} got in"));
-        assert_eq!(err.code(), Some(&SqlState::INVALID_PASSWORD), "{user}: {err}");
-        let message = err.as_db_error().map(|e| e.message().to_string()).unwrap_or_default();
-        assert_eq!(message, format!("password authentication failed for user \"{user}\""));
+        let err = tokio_postgres::connect(&conn, NoTls)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{user}/{password} got in"));
+        assert_eq!(
+            err.code(),
+            Some(&SqlState::INVALID_PASSWORD),
+            "{user}: {err}"
+        );
+        let message = err
+            .as_db_error()
+            .map(|e| e.message().to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            message,
+            format!("password authentication failed for user \"{user}\"")
+        );
     }
     // psql with PGPASSWORD, as an operator would.
     let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &rw.port.to_string(), "-U", "alice", "-X", "-At", "-c", "select 41 + 1"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &rw.port.to_string(),
+            "-U",
+            "alice",
+            "-X",
+            "-At",
+            "-c",
+            "select 41 + 1",
+        ])
         .env("PGPASSWORD", "s3cret")
         .output()
         .unwrap();
@@ -74,19 +130,33 @@ async fn connections_over_the_limit_get_53300() {
     let rw = Ringwire::start(&["--max-connections", "3"]);
     let mut clients = Vec::new();
     for _ in 0..3 {
-        let (client, c) = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls).await.unwrap();
+        let (client, c) = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls)
+            .await
+            .unwrap();
         tokio::spawn(c);
         clients.push(client);
     }
-    let err = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls).await.err().expect("4th connection refused");
+    let err = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls)
+        .await
+        .err()
+        .expect("4th connection refused");
     assert_eq!(err.code(), Some(&SqlState::TOO_MANY_CONNECTIONS), "{err}");
     // Closing one frees its slot.
     drop(clients.pop());
     let mut ok = false;
     for _ in 0..50 {
-        if let Ok((client, c)) = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls).await {
+        if let Ok((client, c)) =
+            tokio_postgres::connect(&rw.connection_string("postgres"), NoTls).await
+        {
             tokio::spawn(c);
-            assert_eq!(client.query_one("select 1", &[]).await.unwrap().get::<_, i32>(0), 1);
+            assert_eq!(
+                client
+                    .query_one("select 1", &[])
+                    .await
+                    .unwrap()
+                    .get::<_, i32>(0),
+                1
+            );
             ok = true;
             break;
         }
@@ -94,19 +164,38 @@ async fn connections_over_the_limit_get_53300() {
     }
     assert!(ok, "a freed slot was never reusable");
     for c in &clients {
-        assert_eq!(c.query_one("select 1", &[]).await.unwrap().get::<_, i32>(0), 1);
+        assert_eq!(
+            c.query_one("select 1", &[]).await.unwrap().get::<_, i32>(0),
+            1
+        );
     }
 }
 
 #[tokio::test]
 async fn startup_parameters_apply_and_bad_ones_are_fatal() {
     let rw = Ringwire::start(&[]);
-    let conn = format!("{} application_name=app1 options='-c extra_float_digits=0 --TimeZone=Europe/Berlin'", rw.connection_string("postgres"));
+    let conn = format!(
+        "{} application_name=app1 options='-c extra_float_digits=0 --TimeZone=Europe/Berlin'",
+        rw.connection_string("postgres")
+    );
     let (client, c) = tokio_postgres::connect(&conn, NoTls).await.unwrap();
     tokio::spawn(c);
     let row = client.query_one("select current_setting('application_name'), current_setting('extra_float_digits'), current_setting('TimeZone')", &[]).await.unwrap();
-    assert_eq!((row.get::<_, String>(0), row.get::<_, String>(1), row.get::<_, String>(2)), ("app1".into(), "0".into(), "Europe/Berlin".into()));
-    let conn = format!("{} options='-c no_such_setting=1'", rw.connection_string("postgres"));
-    let err = tokio_postgres::connect(&conn, NoTls).await.err().expect("unknown setting refused");
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, String>(1),
+            row.get::<_, String>(2)
+        ),
+        ("app1".into(), "0".into(), "Europe/Berlin".into())
+    );
+    let conn = format!(
+        "{} options='-c no_such_setting=1'",
+        rw.connection_string("postgres")
+    );
+    let err = tokio_postgres::connect(&conn, NoTls)
+        .await
+        .err()
+        .expect("unknown setting refused");
     assert_eq!(err.code(), Some(&SqlState::UNDEFINED_OBJECT), "{err}");
 }
