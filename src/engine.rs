@@ -5,6 +5,7 @@
 //! `DEALLOCATE`; other statements get 0A000. Tables arrive with the compute issue and slot in
 //! as another [`Plan`] variant.
 
+use std::cell::OnceCell;
 use std::rc::Rc;
 
 use bumpalo::Bump;
@@ -49,6 +50,33 @@ pub struct Prepared {
     plan: Plan,
     param_types: Vec<Type>,
     columns: Vec<(String, Type)>,
+    /// For a SELECT parsed with the extended protocol: the plan with constants folded, made at
+    /// the first Bind (where PostgreSQL plans) and reused by later ones.
+    folded: OnceCell<Result<ConstSelect, PgError>>,
+}
+
+impl Prepared {
+    fn new(plan: Plan, param_types: Vec<Type>, columns: Vec<(String, Type)>) -> Prepared {
+        Prepared {
+            plan,
+            param_types,
+            columns,
+            folded: OnceCell::new(),
+        }
+    }
+
+    /// Fold constants if this statement was planned without folding; Bind calls this.
+    fn fold(&self) -> Result<(), PgError> {
+        match &self.plan {
+            Plan::Select(select) => self
+                .folded
+                .get_or_init(|| select.folded())
+                .as_ref()
+                .map(|_| ())
+                .map_err(Clone::clone),
+            _ => Ok(()),
+        }
+    }
 }
 
 pub struct Portal {
@@ -246,10 +274,14 @@ fn transaction_modes(modes: &[ast::TransactionMode]) -> Vec<(String, String)> {
 }
 
 /// Plan one statement. `params` holds the parameter types from Parse and receives inferred ones.
+/// `fold`: evaluate constant subexpressions now (simple protocol) or leave that to Bind
+/// (extended protocol), matching where PostgreSQL reports errors such as `1/0`.
 fn plan_statement(
     stmt: &Statement,
     params: &mut Vec<Type>,
     source: &str,
+    text: &TextContext,
+    fold: bool,
 ) -> Result<(Plan, Vec<(String, Type)>), PgError> {
     let text_col = |name: &str| {
         vec![(
@@ -262,7 +294,10 @@ fn plan_statement(
     };
     Ok(match stmt {
         Statement::Query(query) => {
-            let mut ctx = PlanCtx::new(params, source);
+            let mut ctx = PlanCtx::new(params, source).with_text_context(text);
+            if !fold {
+                ctx = ctx.without_folding();
+            }
             let select = expr::plan_const_select(query, &mut ctx)?;
             let columns = select.columns.clone();
             (Plan::Select(select), columns)
@@ -515,7 +550,11 @@ impl Frontend {
                 backend::write_empty_query_response(cx.out);
                 return Ok(None);
             }
-            Plan::Select(select) => {
+            Plan::Select(planned) => {
+                let select = match prepared.folded.get() {
+                    Some(folded) => folded.as_ref().map_err(Clone::clone)?,
+                    None => planned,
+                };
                 session.statement_timestamp_us = now_pg_us();
                 let session = &*session;
                 let ctx = session.settings.text_context();
@@ -689,26 +728,20 @@ impl Frontend {
         stmt: Option<&Statement>,
         mut param_types: Vec<Type>,
         source: &str,
+        text: &TextContext,
+        fold: bool,
     ) -> Result<Prepared, PgError> {
         let Some(stmt) = stmt else {
-            return Ok(Prepared {
-                plan: Plan::Empty,
-                param_types,
-                columns: vec![],
-            });
+            return Ok(Prepared::new(Plan::Empty, param_types, vec![]));
         };
-        let (plan, columns) = plan_statement(stmt, &mut param_types, source)?;
+        let (plan, columns) = plan_statement(stmt, &mut param_types, source, text, fold)?;
         for t in param_types.iter_mut() {
             if t.scalar == Scalar::Unknown {
                 // PostgreSQL resolves a parameter nothing constrains to text.
                 t.scalar = Scalar::Text;
             }
         }
-        Ok(Prepared {
-            plan,
-            param_types,
-            columns,
-        })
+        Ok(Prepared::new(plan, param_types, columns))
     }
 }
 
@@ -762,14 +795,19 @@ impl Engine for Frontend {
             return Ok(());
         }
         for stmt in &statements {
-            if *cx.tx == TransactionStatus::Failed {
-                let (plan, _) =
-                    plan_statement(stmt, &mut Vec::new(), sql).unwrap_or((Plan::Empty, vec![]));
-                if !is_transaction_exit(&plan) {
-                    return Err(aborted());
-                }
+            // In a failed transaction only COMMIT/ROLLBACK run; don't even plan the rest.
+            if *cx.tx == TransactionStatus::Failed
+                && !matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. })
+            {
+                return Err(aborted());
             }
-            let prepared = self.prepare(Some(stmt), Vec::new(), sql)?;
+            let prepared = self.prepare(
+                Some(stmt),
+                Vec::new(),
+                sql,
+                cx.session.settings.text_context(),
+                true,
+            )?;
             if !prepared.param_types.is_empty() {
                 return Err(PgError::new(
                     SqlState(*b"42P02"),
@@ -831,7 +869,13 @@ impl Engine for Frontend {
             };
             param_types.push(ty);
         }
-        let prepared = self.prepare(statements.first(), param_types, sql)?;
+        let prepared = self.prepare(
+            statements.first(),
+            param_types,
+            sql,
+            cx.session.settings.text_context(),
+            false,
+        )?;
         if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
             return Err(aborted());
         }
@@ -868,6 +912,7 @@ impl Engine for Frontend {
         if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&statement.plan) {
             return Err(aborted());
         }
+        statement.fold()?;
         let ctx = cx.session.settings.text_context();
         let mut params = Vec::with_capacity(bind.param_count());
         for (i, raw) in bind.params().enumerate() {

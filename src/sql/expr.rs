@@ -35,21 +35,55 @@ pub use func::VERSION_STRING;
 /// Everything planning needs besides the expression itself.
 pub struct PlanCtx<'a> {
     /// Parameter types: from Parse (may contain `Scalar::Unknown` for "infer"). Planning fills
-    /// in inferred types (`$1` compared to an int4 becomes int4; `$1::date` becomes date); grows
-    /// if `$n` exceeds its length. [`plan_const_select`] turns any still-unknown parameter into
-    /// text, as PostgreSQL does; callers of [`plan_expr`] call [`resolve_unknown_params`].
+    /// in inferred types (`$1` compared to an int4 becomes int4; `$1::date` becomes date; a
+    /// bare `$1` select item becomes text); grows if `$n` exceeds its length. A parameter still
+    /// unknown after planning is an error, as in PostgreSQL ([`check_params_resolved`], which
+    /// [`plan_const_select`] applies and callers of [`plan_expr`] should).
     pub params: &'a mut Vec<Type>,
     /// Resolves a column reference (None: every column reference is 42703).
     pub columns: Option<&'a dyn ColumnResolver>,
     /// The full query string the AST was parsed from; used only to turn sqlparser's line/column
     /// spans into PostgreSQL's 1-based character `position` in errors. `""` = no positions.
     pub source: &'a str,
+    /// The session's text settings, for reading untyped literals at plan time as PostgreSQL
+    /// does (`'2024-07-01 12:00'::timestamptz` is read in the session's `TimeZone`). Without
+    /// it, conversions that depend on the session are left to evaluation (same values; an
+    /// invalid literal is then reported when evaluated rather than when planned).
+    pub text: Option<&'a TextContext>,
+    /// Fold constant subexpressions while planning a SELECT (the simple protocol, where
+    /// PostgreSQL parses and plans in one step). The extended protocol plans at Bind, so Parse
+    /// clears this and [`ConstSelect::folded`] runs at Bind: `select 1/0` then fails at Bind,
+    /// after ParseComplete, as in PostgreSQL.
+    pub fold: bool,
 }
 
 impl<'a> PlanCtx<'a> {
     pub fn new(params: &'a mut Vec<Type>, source: &'a str) -> PlanCtx<'a> {
-        PlanCtx { params, columns: None, source }
+        PlanCtx {
+            params,
+            columns: None,
+            source,
+            text: None,
+            fold: true,
+        }
     }
+
+    /// Leave constant folding to [`ConstSelect::folded`] (see [`PlanCtx::fold`]).
+    pub fn without_folding(mut self) -> PlanCtx<'a> {
+        self.fold = false;
+        self
+    }
+
+    /// Plans with the session's text settings (see [`PlanCtx::text`]).
+    pub fn with_text_context(mut self, text: &'a TextContext) -> PlanCtx<'a> {
+        self.text = Some(text);
+        self
+    }
+}
+
+/// True if reading a value of this type from text depends on session settings.
+fn input_depends_on_session(t: Type) -> bool {
+    t.scalar == Scalar::Timestamptz
 }
 
 /// Maps a (possibly qualified) column reference to its index in [`EvalEnv::row`] and its type.
@@ -94,13 +128,15 @@ pub fn plan_expr(expr: &ast::Expr, ctx: &mut PlanCtx) -> Result<TypedExpr, PgErr
     fold(planned, None)
 }
 
-/// Sets every parameter whose type is still unknown to text (PostgreSQL's choice for an
-/// unconstrained `$n`).
-pub fn resolve_unknown_params(params: &mut [Type]) {
-    for p in params.iter_mut() {
-        if *p == UNKNOWN {
-            *p = TEXT;
-        }
+/// Fails with PostgreSQL's 42P18 if a parameter's type could not be inferred (`select $1 is
+/// null`, or `$2` never referenced while `$3` is).
+pub fn check_params_resolved(params: &[Type]) -> Result<(), PgError> {
+    match params.iter().position(|t| *t == UNKNOWN) {
+        Some(i) => Err(PgError::new(
+            SqlState::INDETERMINATE_DATATYPE,
+            format!("could not determine data type of parameter ${}", i + 1),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -115,15 +151,12 @@ impl TypedExpr {
     }
 
     /// Re-reads parameter types after planning finished: an occurrence of `$n` planned while
-    /// `$n` was still unknown takes the type inferred later (or text).
+    /// `$n` was still unknown takes the type inferred later.
     pub fn refresh_param_types(&mut self, params: &[Type]) {
         self.walk_mut(&mut |e| {
             if let Node::Param(i) = e.node {
                 if e.ty == UNKNOWN {
-                    e.ty = params.get(i).copied().unwrap_or(TEXT);
-                    if e.ty == UNKNOWN {
-                        e.ty = TEXT;
-                    }
+                    e.ty = params.get(i).copied().unwrap_or(UNKNOWN);
                 }
             }
         });
@@ -153,12 +186,15 @@ pub struct ConstSelect {
 /// is 0A000 here.
 pub fn plan_const_select(query: &ast::Query, ctx: &mut PlanCtx) -> Result<ConstSelect, PgError> {
     let mut out = ctx.plan_query(query)?;
-    resolve_unknown_params(ctx.params);
+    check_params_resolved(ctx.params)?;
     let params: &[Type] = ctx.params;
     for e in out.rows.iter_mut().flatten() {
         e.refresh_param_types(params);
     }
-    for e in [&mut out.filter, &mut out.limit, &mut out.offset].into_iter().flatten() {
+    for e in [&mut out.filter, &mut out.limit, &mut out.offset]
+        .into_iter()
+        .flatten()
+    {
         e.refresh_param_types(params);
     }
     if let Some(first) = out.rows.first() {
@@ -170,6 +206,28 @@ pub fn plan_const_select(query: &ast::Query, ctx: &mut PlanCtx) -> Result<ConstS
 }
 
 impl ConstSelect {
+    /// This select with its constant immutable subexpressions evaluated (PostgreSQL's
+    /// `eval_const_expressions`); errors such as division by zero in constants surface here.
+    pub fn folded(&self) -> Result<ConstSelect, PgError> {
+        let rows = self
+            .rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|e| fold(e.clone(), None))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let filter = self.filter.clone().map(|f| fold(f, None)).transpose()?;
+        Ok(ConstSelect {
+            columns: self.columns.clone(),
+            rows,
+            filter,
+            limit: self.limit.clone(),
+            offset: self.offset.clone(),
+        })
+    }
+
     /// Evaluates the WHERE clause, then each row; calls `out` per produced row. Returns the
     /// number of rows produced.
     pub fn eval_rows(
@@ -185,7 +243,10 @@ impl ConstSelect {
         let offset = match &self.offset {
             Some(e) => match e.eval(env)? {
                 Value::Int8(n) if n < 0 => {
-                    return Err(PgError::new(SqlState(*b"2201X"), "OFFSET must not be negative"))
+                    return Err(PgError::new(
+                        SqlState(*b"2201X"),
+                        "OFFSET must not be negative",
+                    ))
                 }
                 Value::Int8(n) => n as u64,
                 _ => 0,
@@ -195,7 +256,10 @@ impl ConstSelect {
         let limit = match &self.limit {
             Some(e) => match e.eval(env)? {
                 Value::Int8(n) if n < 0 => {
-                    return Err(PgError::new(SqlState(*b"2201W"), "LIMIT must not be negative"))
+                    return Err(PgError::new(
+                        SqlState(*b"2201W"),
+                        "LIMIT must not be negative",
+                    ))
                 }
                 Value::Int8(n) => n as u64,
                 _ => u64::MAX,
@@ -204,7 +268,11 @@ impl ConstSelect {
         };
         let mut produced = 0u64;
         let mut values = Vec::with_capacity(self.columns.len());
-        for row in self.rows.iter().skip(offset.min(usize::MAX as u64) as usize) {
+        for row in self
+            .rows
+            .iter()
+            .skip(offset.min(usize::MAX as u64) as usize)
+        {
             if produced >= limit {
                 break;
             }
@@ -224,7 +292,10 @@ impl ConstSelect {
 // ---------------------------------------------------------------------------------------------
 
 pub(crate) const fn st(s: Scalar) -> Type {
-    Type { scalar: s, array: false }
+    Type {
+        scalar: s,
+        array: false,
+    }
 }
 pub(crate) const BOOL: Type = st(Scalar::Bool);
 pub(crate) const INT2: Type = st(Scalar::Int2);
@@ -251,35 +322,7 @@ pub(crate) const UNKNOWN: Type = st(Scalar::Unknown);
 
 /// PostgreSQL's `format_type` spelling, as used in error messages (`integer`, `text[]`).
 pub fn type_display_name(t: Type) -> String {
-    let base = match t.scalar {
-        Scalar::Bool => "boolean",
-        Scalar::Int2 => "smallint",
-        Scalar::Int4 => "integer",
-        Scalar::Int8 => "bigint",
-        Scalar::Float4 => "real",
-        Scalar::Float8 => "double precision",
-        Scalar::Numeric => "numeric",
-        Scalar::Text => "text",
-        Scalar::Varchar => "character varying",
-        Scalar::Bpchar => "character",
-        Scalar::Bytea => "bytea",
-        Scalar::Date => "date",
-        Scalar::Time => "time without time zone",
-        Scalar::Timestamp => "timestamp without time zone",
-        Scalar::Timestamptz => "timestamp with time zone",
-        Scalar::Interval => "interval",
-        Scalar::Uuid => "uuid",
-        Scalar::Json => "json",
-        Scalar::Jsonb => "jsonb",
-        Scalar::Name => "name",
-        Scalar::Void => "void",
-        Scalar::Unknown => "unknown",
-    };
-    if t.array {
-        format!("{base}[]")
-    } else {
-        base.to_string()
-    }
+    t.name().to_string()
 }
 
 /// `pg_type.typname` of the scalar (what a cast names its output column: `int4`, `float8`).
@@ -337,9 +380,7 @@ fn category(t: Type) -> Category {
         | Scalar::Float8
         | Scalar::Numeric => Category::Numeric,
         Scalar::Text | Scalar::Varchar | Scalar::Bpchar | Scalar::Name => Category::String,
-        Scalar::Date | Scalar::Time | Scalar::Timestamp | Scalar::Timestamptz => {
-            Category::DateTime
-        }
+        Scalar::Date | Scalar::Time | Scalar::Timestamp | Scalar::Timestamptz => Category::DateTime,
         Scalar::Interval => Category::Timespan,
         Scalar::Bytea | Scalar::Uuid | Scalar::Json | Scalar::Jsonb => Category::User,
         Scalar::Void => Category::Pseudo,
@@ -417,7 +458,10 @@ fn explicit_cast_allowed(from: Type, to: Type) -> bool {
                 | (Time, Interval)
                 | (Interval, Time)
                 | (Json, Jsonb)
-                | (Jsonb, Json | Bool | Int2 | Int4 | Int8 | Float4 | Float8 | Numeric)
+                | (
+                    Jsonb,
+                    Json | Bool | Int2 | Int4 | Int8 | Float4 | Float8 | Numeric
+                )
         )
 }
 
@@ -564,7 +608,10 @@ pub(crate) enum Imp {
     ArrayCat,
     ArrayAppend,
     ArrayPrepend,
-    Like { case_insensitive: bool, negated: bool },
+    Like {
+        case_insensitive: bool,
+        negated: bool,
+    },
     Func(Func),
 }
 
@@ -591,33 +638,79 @@ impl Imp {
     }
 }
 
+/// Most arguments any built-in signature declares.
+const MAX_SIG_ARGS: usize = 3;
+
 /// One candidate of an overloaded operator or function: declared argument types, the types the
 /// implementation computes in (a widening of `args`, e.g. int2 + int4 computes in int4), result.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Sig {
-    pub args: Vec<Type>,
-    pub compute: Vec<Type>,
+    args: [Type; MAX_SIG_ARGS],
+    compute: [Type; MAX_SIG_ARGS],
+    nargs: u8,
     pub ret: Type,
     pub imp: Imp,
 }
 
 impl Sig {
     pub(crate) fn new(args: &[Type], ret: Type, imp: Imp) -> Sig {
-        Sig { args: args.to_vec(), compute: args.to_vec(), ret, imp }
+        Sig::widened(args, args, ret, imp)
     }
+
     pub(crate) fn widened(args: &[Type], compute: &[Type], ret: Type, imp: Imp) -> Sig {
-        Sig { args: args.to_vec(), compute: compute.to_vec(), ret, imp }
+        assert!(
+            args.len() <= MAX_SIG_ARGS && compute.len() == args.len(),
+            "signature arity {} (at most {MAX_SIG_ARGS}, compute types per argument)",
+            args.len()
+        );
+        let mut sig = Sig {
+            args: [UNKNOWN; MAX_SIG_ARGS],
+            compute: [UNKNOWN; MAX_SIG_ARGS],
+            nargs: 0,
+            ret,
+            imp,
+        };
+        sig.args[..args.len()].copy_from_slice(args);
+        sig.compute[..compute.len()].copy_from_slice(compute);
+        sig.nargs = args.len() as u8;
+        sig
+    }
+
+    pub(crate) fn args(&self) -> &[Type] {
+        &self.args[..self.nargs as usize]
+    }
+
+    pub(crate) fn compute(&self) -> &[Type] {
+        &self.compute[..self.nargs as usize]
     }
 }
 
+/// Signature tables by operator or function name, built once per process: planning looks
+/// candidates up without rebuilding them. Read-only after initialization, so sharing them
+/// across shards costs one atomic load.
+pub(crate) type SigTable = std::collections::HashMap<&'static str, Vec<Sig>>;
+
+pub(crate) fn lookup_sigs(
+    table: &'static std::sync::OnceLock<SigTable>,
+    names: &[&'static str],
+    build: fn(&str) -> Vec<Sig>,
+    name: &str,
+) -> &'static [Sig] {
+    table
+        .get_or_init(|| names.iter().map(|n| (*n, build(n))).collect())
+        .get(name)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// `x IS [NOT] TRUE / FALSE / UNKNOWN`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum BoolTest {
-    IsTrue,
-    IsNotTrue,
-    IsFalse,
-    IsNotFalse,
-    IsUnknown,
-    IsNotUnknown,
+    True,
+    NotTrue,
+    False,
+    NotFalse,
+    Unknown,
+    NotUnknown,
 }
 
 #[derive(Clone, Debug)]
@@ -629,27 +722,59 @@ enum Node {
     CaseTest,
     /// Evaluates `value` once and makes it the `CaseTest` of `body` (simple CASE, NULLIF,
     /// BETWEEN and IN over a non-trivial left side).
-    Let { value: Box<TypedExpr>, body: Box<TypedExpr> },
-    Op { imp: Imp, args: Vec<TypedExpr> },
-    Cast { arg: Box<TypedExpr>, typmod: Typmod },
+    Let {
+        value: Box<TypedExpr>,
+        body: Box<TypedExpr>,
+    },
+    Op {
+        imp: Imp,
+        args: Vec<TypedExpr>,
+    },
+    Cast {
+        arg: Box<TypedExpr>,
+        typmod: Typmod,
+    },
     Not(Box<TypedExpr>),
     And(Vec<TypedExpr>),
     Or(Vec<TypedExpr>),
-    IsNull { arg: Box<TypedExpr>, negated: bool },
-    BoolTest { arg: Box<TypedExpr>, test: BoolTest },
+    IsNull {
+        arg: Box<TypedExpr>,
+        negated: bool,
+    },
+    BoolTest {
+        arg: Box<TypedExpr>,
+        test: BoolTest,
+    },
     /// `IS [NOT] DISTINCT FROM`; operands coerced to one comparable type.
-    Distinct { args: Box<[TypedExpr; 2]>, negated: bool },
-    Case { whens: Vec<(TypedExpr, TypedExpr)>, otherwise: Box<TypedExpr> },
+    Distinct {
+        args: Box<[TypedExpr; 2]>,
+        negated: bool,
+    },
+    Case {
+        whens: Vec<(TypedExpr, TypedExpr)>,
+        otherwise: Box<TypedExpr>,
+    },
     Coalesce(Vec<TypedExpr>),
-    MinMax { greatest: bool, args: Vec<TypedExpr> },
+    MinMax {
+        greatest: bool,
+        args: Vec<TypedExpr>,
+    },
     Array(Vec<TypedExpr>),
     /// `left op ANY/ALL (right)`: `right` is an array of `left`'s type.
-    AnyAll { op: CmpOp, all: bool, args: Box<[TypedExpr; 2]> },
+    AnyAll {
+        op: CmpOp,
+        all: bool,
+        args: Box<[TypedExpr; 2]>,
+    },
 }
 
 impl TypedExpr {
     fn new(ty: Type, node: Node) -> TypedExpr {
-        TypedExpr { ty, node, loc: Location { line: 0, column: 0 } }
+        TypedExpr {
+            ty,
+            node,
+            loc: Location { line: 0, column: 0 },
+        }
     }
 
     fn konst(ty: Type, v: Value) -> TypedExpr {
@@ -659,7 +784,10 @@ impl TypedExpr {
     /// Cheap to evaluate twice and free of side effects: may be duplicated instead of bound
     /// with a [`Node::Let`].
     fn is_trivial(&self) -> bool {
-        matches!(self.node, Node::Const(_) | Node::Param(_) | Node::Column(_) | Node::CaseTest)
+        matches!(
+            self.node,
+            Node::Const(_) | Node::Param(_) | Node::Column(_) | Node::CaseTest
+        )
     }
 
     fn walk_mut(&mut self, f: &mut dyn FnMut(&mut TypedExpr)) {
@@ -699,7 +827,10 @@ impl TypedExpr {
 // ---------------------------------------------------------------------------------------------
 
 pub(crate) fn feature_not_supported(what: impl std::fmt::Display) -> PgError {
-    PgError::new(SqlState::FEATURE_NOT_SUPPORTED, format!("{what} is not supported"))
+    PgError::new(
+        SqlState::FEATURE_NOT_SUPPORTED,
+        format!("{what} is not supported"),
+    )
 }
 
 fn undefined_operator(op: &str, left: Option<Type>, right: Type) -> PgError {
@@ -732,7 +863,11 @@ fn ambiguous_operator(op: &str, left: Option<Type>, right: Type) -> PgError {
         Some(l) => format!("{} {op} {}", type_display_name(l), type_display_name(right)),
         None => format!("{op} {}", type_display_name(right)),
     };
-    PgError::new(SqlState::AMBIGUOUS_FUNCTION, format!("operator is not unique: {sig}")).with_hint(
+    PgError::new(
+        SqlState::AMBIGUOUS_FUNCTION,
+        format!("operator is not unique: {sig}"),
+    )
+    .with_hint(
         "Could not choose a best candidate operator. You might need to add explicit type casts.",
     )
 }
@@ -779,11 +914,17 @@ pub(crate) fn division_by_zero() -> PgError {
 }
 
 fn float_overflow() -> PgError {
-    PgError::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: overflow")
+    PgError::new(
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        "value out of range: overflow",
+    )
 }
 
 fn float_underflow() -> PgError {
-    PgError::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: underflow")
+    PgError::new(
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        "value out of range: underflow",
+    )
 }
 
 fn internal(msg: &str) -> PgError {
@@ -816,8 +957,9 @@ enum At<'e> {
     Token(&'e ast::Expr, &'static [&'static str]),
     /// The `n`th (0-based) `::` after the end of the expression.
     NthCast(&'e ast::Expr, usize),
-    /// The last occurrence of a keyword before the start of the expression (`CAST`).
-    WordBefore(&'e ast::Expr, &'static str),
+    /// The last occurrence of a token before the start of the expression (`CAST`, a unary
+    /// operator).
+    TokenBefore(&'e ast::Expr, &'static str),
 }
 
 /// Result of overload resolution.
@@ -858,21 +1000,24 @@ impl PlanCtx<'_> {
             At::Token(e, tokens) => {
                 let end = self.char_position(e.span().end)?;
                 let rest: Vec<char> = self.source.chars().skip(end as usize - 1).collect();
-                let offset = (0..rest.len()).find(|&i| {
-                    tokens.iter().any(|t| token_at(&rest, i, t))
-                })?;
+                let offset =
+                    (0..rest.len()).find(|&i| tokens.iter().any(|t| token_at(&rest, i, t)))?;
                 Some(end + offset as u32)
             }
             At::NthCast(e, n) => {
                 let end = self.char_position(e.span().end)?;
                 let rest: Vec<char> = self.source.chars().skip(end as usize - 1).collect();
-                let offset = (0..rest.len()).filter(|&i| token_at(&rest, i, "::")).nth(n)?;
+                let offset = (0..rest.len())
+                    .filter(|&i| token_at(&rest, i, "::"))
+                    .nth(n)?;
                 Some(end + offset as u32)
             }
-            At::WordBefore(e, word) => {
+            At::TokenBefore(e, word) => {
                 let start = self.char_position(e.span().start)?;
                 let before: Vec<char> = self.source.chars().take(start as usize - 1).collect();
-                let at = (0..before.len()).rev().find(|&i| token_at(&before, i, word))?;
+                let at = (0..before.len())
+                    .rev()
+                    .find(|&i| token_at(&before, i, word))?;
                 Some(at as u32 + 1)
             }
         }
@@ -899,9 +1044,15 @@ impl PlanCtx<'_> {
         if e.ty == UNKNOWN && to != UNKNOWN {
             match &e.node {
                 Node::Const(Value::Null) => return Ok(TypedExpr::konst(to, Value::Null)),
+                Node::Const(Value::Text(_))
+                    if self.text.is_none() && input_depends_on_session(to) =>
+                {
+                    // Read at evaluation time, in the session's settings.
+                }
                 Node::Const(Value::Text(s)) => {
-                    let tctx = TextContext::default();
-                    let v = types::text::decode(to, s.as_bytes(), &tctx)
+                    let default = TextContext::default();
+                    let tctx = self.text.unwrap_or(&default);
+                    let v = types::text::decode(to, s.as_bytes(), tctx)
                         .and_then(|v| apply_typmod(v, to, typmod, true))
                         .map_err(|err| self.err_at(err, At::Loc(e.loc)))?;
                     let mut out = TypedExpr::konst(to, v);
@@ -912,9 +1063,21 @@ impl PlanCtx<'_> {
                     let i = *i;
                     if self.params[i] == UNKNOWN {
                         self.params[i] = to;
+                    } else if self.params[i] != to {
+                        // This occurrence was planned while `$n` was untyped; another one has
+                        // since given it a different type (PostgreSQL's coerce_param_hook).
+                        return Err(PgError::new(
+                            SqlState(*b"42P08"),
+                            format!("inconsistent types deduced for parameter ${}", i + 1),
+                        )
+                        .with_detail(format!(
+                            "{} versus {}",
+                            type_display_name(self.params[i]),
+                            type_display_name(to)
+                        )));
                     }
-                    e.ty = self.params[i];
-                    if e.ty == to && typmod == Typmod::None {
+                    e.ty = to;
+                    if typmod == Typmod::None {
                         return Ok(e);
                     }
                 }
@@ -924,12 +1087,23 @@ impl PlanCtx<'_> {
         if let Node::Const(Value::Null) = e.node {
             return Ok(TypedExpr::konst(to, Value::Null));
         }
-        Ok(TypedExpr::new(to, Node::Cast { arg: Box::new(e), typmod }))
+        Ok(TypedExpr::new(
+            to,
+            Node::Cast {
+                arg: Box::new(e),
+                typmod,
+            },
+        ))
     }
 
     /// Implicit coercion; the caller has checked `can_coerce_implicit`.
     fn coerce_implicit(&mut self, e: TypedExpr, to: Type) -> Result<TypedExpr, PgError> {
-        debug_assert!(can_coerce_implicit(e.ty, to), "implicit coercion {:?} -> {:?}", e.ty, to);
+        debug_assert!(
+            can_coerce_implicit(e.ty, to),
+            "implicit coercion {:?} -> {:?}",
+            e.ty,
+            to
+        );
         self.coerce(e, to, Typmod::None)
     }
 
@@ -941,7 +1115,11 @@ impl PlanCtx<'_> {
         typmod: Typmod,
         at: At,
     ) -> Result<TypedExpr, PgError> {
-        let from = if let Node::Param(i) = e.node { self.params[i] } else { e.ty };
+        let from = if let Node::Param(i) = e.node {
+            self.params[i]
+        } else {
+            e.ty
+        };
         if !explicit_cast_allowed(from, to) {
             let err = PgError::new(
                 SqlState::CANNOT_COERCE,
@@ -976,7 +1154,16 @@ impl PlanCtx<'_> {
     /// Output of an unknown-typed select item: text.
     fn resolve_unknown_output(&mut self, mut e: TypedExpr) -> Result<TypedExpr, PgError> {
         if let Node::Param(i) = e.node {
-            e.ty = self.params[i];
+            let inferred = self.params[i];
+            if e.ty == UNKNOWN && inferred != UNKNOWN && inferred != TEXT {
+                // PostgreSQL coerces the item to text and finds the parameter already typed.
+                return Err(PgError::new(
+                    SqlState(*b"42P08"),
+                    format!("inconsistent types deduced for parameter ${}", i + 1),
+                )
+                .with_detail(format!("{} versus text", type_display_name(inferred))));
+            }
+            e.ty = inferred;
         }
         if e.ty == UNKNOWN {
             if let Node::Const(_) = e.node {
@@ -1015,13 +1202,19 @@ impl PlanCtx<'_> {
             }
             let ncategory = category(ntype);
             if ncategory != pcategory {
-                let Some(context) = context else { return Ok(None) };
+                let Some(context) = context else {
+                    return Ok(None);
+                };
                 let err = datatype_mismatch(format!(
                     "{context} types {} and {} cannot be matched",
                     type_display_name(ptype),
                     type_display_name(ntype)
                 ));
-                let at = asts.get(i).copied().flatten().map_or(At::Nowhere, At::Start);
+                let at = asts
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .map_or(At::Nowhere, At::Start);
                 return Err(self.err_at(err, at));
             }
             if !pispreferred
@@ -1036,7 +1229,9 @@ impl PlanCtx<'_> {
         // verify_common_type
         for (i, e) in exprs.iter().enumerate() {
             if !can_coerce_implicit(e.ty, ptype) {
-                let Some(context) = context else { return Ok(None) };
+                let Some(context) = context else {
+                    return Ok(None);
+                };
                 let err = PgError::new(
                     SqlState::CANNOT_COERCE,
                     format!(
@@ -1045,7 +1240,11 @@ impl PlanCtx<'_> {
                         type_display_name(ptype)
                     ),
                 );
-                let at = asts.get(i).copied().flatten().map_or(At::Nowhere, At::Start);
+                let at = asts
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .map_or(At::Nowhere, At::Start);
                 return Err(self.err_at(err, at));
             }
         }
@@ -1053,7 +1252,10 @@ impl PlanCtx<'_> {
     }
 
     fn coerce_all(&mut self, exprs: Vec<TypedExpr>, to: Type) -> Result<Vec<TypedExpr>, PgError> {
-        exprs.into_iter().map(|e| self.coerce_implicit(e, to)).collect()
+        exprs
+            .into_iter()
+            .map(|e| self.coerce_implicit(e, to))
+            .collect()
     }
 
     // ----- overload resolution -----------------------------------------------------------------
@@ -1061,21 +1263,36 @@ impl PlanCtx<'_> {
     /// PostgreSQL's `func_select_candidate` (plus the exact-match shortcuts of
     /// `binary_oper_exact` / `func_get_detail`) over `sigs`.
     fn resolve<'s>(inputs: &[Type], sigs: &'s [Sig]) -> Resolved<'s> {
-        let arity: Vec<&Sig> = sigs.iter().filter(|s| s.args.len() == inputs.len()).collect();
+        let arity: Vec<&Sig> = sigs
+            .iter()
+            .filter(|s| s.args().len() == inputs.len())
+            .collect();
         // Exact match.
-        if let Some(s) = arity.iter().find(|s| s.args == inputs) {
+        if let Some(s) = arity.iter().find(|s| s.args() == inputs) {
             return Resolved::One(s);
         }
         // binary_oper_exact: one unknown operand, try the other's type on both sides.
         if inputs.len() == 2 && (inputs[0] == UNKNOWN) != (inputs[1] == UNKNOWN) {
-            let known = if inputs[0] == UNKNOWN { inputs[1] } else { inputs[0] };
-            if let Some(s) = arity.iter().find(|s| s.args[0] == known && s.args[1] == known) {
+            let known = if inputs[0] == UNKNOWN {
+                inputs[1]
+            } else {
+                inputs[0]
+            };
+            if let Some(s) = arity
+                .iter()
+                .find(|s| s.args()[0] == known && s.args()[1] == known)
+            {
                 return Resolved::One(s);
             }
         }
         let mut cands: Vec<&Sig> = arity
             .into_iter()
-            .filter(|s| s.args.iter().zip(inputs).all(|(a, i)| can_coerce_implicit(*i, *a)))
+            .filter(|s| {
+                s.args()
+                    .iter()
+                    .zip(inputs)
+                    .all(|(a, i)| can_coerce_implicit(*i, *a))
+            })
             .collect();
         if cands.len() <= 1 {
             return cands.first().map_or(Resolved::None, |s| Resolved::One(s));
@@ -1086,14 +1303,18 @@ impl PlanCtx<'_> {
             cands.into_iter().filter(|s| score(s) == best).collect()
         };
         cands = keep_max(cands, &|s| {
-            s.args.iter().zip(inputs).filter(|(a, i)| **i != UNKNOWN && a == i).count()
+            s.args()
+                .iter()
+                .zip(inputs)
+                .filter(|(a, i)| **i != UNKNOWN && a == i)
+                .count()
         });
         if cands.len() == 1 {
             return Resolved::One(cands[0]);
         }
         // Most positions accepting a preferred type where conversion is needed.
         cands = keep_max(cands, &|s| {
-            s.args
+            s.args()
                 .iter()
                 .zip(inputs)
                 .filter(|(a, i)| **i != UNKNOWN && (a == i || is_preferred(**a)))
@@ -1103,8 +1324,9 @@ impl PlanCtx<'_> {
             return Resolved::One(cands[0]);
         }
         // Unknown inputs: choose a category per position (string wins), then preferred types.
-        let unknown_positions: Vec<usize> =
-            (0..inputs.len()).filter(|i| inputs[*i] == UNKNOWN).collect();
+        let unknown_positions: Vec<usize> = (0..inputs.len())
+            .filter(|i| inputs[*i] == UNKNOWN)
+            .collect();
         if !unknown_positions.is_empty() {
             let mut resolved = true;
             let mut slots = Vec::new();
@@ -1113,8 +1335,8 @@ impl PlanCtx<'_> {
                 let mut slot_has_preferred = false;
                 let mut conflict = false;
                 for s in &cands {
-                    let cat = category(s.args[i]);
-                    let pref = is_preferred(s.args[i]);
+                    let cat = category(s.args()[i]);
+                    let pref = is_preferred(s.args()[i]);
                     match slot_category {
                         None => {
                             slot_category = Some(cat);
@@ -1141,8 +1363,8 @@ impl PlanCtx<'_> {
                     .copied()
                     .filter(|s| {
                         slots.iter().all(|(i, cat, has_pref)| {
-                            Some(category(s.args[*i])) == *cat
-                                && (!*has_pref || is_preferred(s.args[*i]))
+                            Some(category(s.args()[*i])) == *cat
+                                && (!*has_pref || is_preferred(s.args()[*i]))
                         })
                     })
                     .collect();
@@ -1161,7 +1383,9 @@ impl PlanCtx<'_> {
                         .iter()
                         .copied()
                         .filter(|s| {
-                            unknown_positions.iter().all(|i| can_coerce_implicit(k, s.args[*i]))
+                            unknown_positions
+                                .iter()
+                                .all(|i| can_coerce_implicit(k, s.args()[*i]))
                         })
                         .collect();
                     if fits.len() == 1 {
@@ -1176,7 +1400,7 @@ impl PlanCtx<'_> {
     /// Coerces arguments to a resolved signature's declared types, then to its compute types.
     fn apply_sig(&mut self, sig: &Sig, args: Vec<TypedExpr>) -> Result<Vec<TypedExpr>, PgError> {
         let mut out = Vec::with_capacity(args.len());
-        for ((a, decl), comp) in args.into_iter().zip(&sig.args).zip(&sig.compute) {
+        for ((a, decl), comp) in args.into_iter().zip(sig.args()).zip(sig.compute()) {
             let a = self.coerce_implicit(a, *decl)?;
             out.push(self.coerce(a, *comp, Typmod::None)?);
         }
@@ -1202,14 +1426,20 @@ impl PlanCtx<'_> {
                 let l = self.coerce_implicit(l, target)?;
                 let r = self.coerce_implicit(r, target)?;
                 let cmp = cmp_op_from_symbol(op).ok_or_else(|| internal("comparison"))?;
-                return Ok(TypedExpr::new(BOOL, Node::Op { imp: Imp::Cmp(cmp), args: vec![l, r] }));
+                return Ok(TypedExpr::new(
+                    BOOL,
+                    Node::Op {
+                        imp: Imp::Cmp(cmp),
+                        args: vec![l, r],
+                    },
+                ));
             }
             return Err(self.err_at(undefined_operator(op, Some(l.ty), r.ty), at));
         }
         let sigs = operator_sigs(op);
         let inputs = [l.ty, r.ty];
-        let sig = match Self::resolve(&inputs, &sigs) {
-            Resolved::One(s) => s.clone(),
+        let sig = match Self::resolve(&inputs, sigs) {
+            Resolved::One(s) => *s,
             Resolved::None => {
                 return Err(self.err_at(undefined_operator(op, Some(l.ty), r.ty), at));
             }
@@ -1223,8 +1453,8 @@ impl PlanCtx<'_> {
 
     fn unary_op(&mut self, op: &str, e: TypedExpr, at: At) -> Result<TypedExpr, PgError> {
         let sigs = unary_sigs(op);
-        let sig = match Self::resolve(&[e.ty], &sigs) {
-            Resolved::One(s) => s.clone(),
+        let sig = match Self::resolve(&[e.ty], sigs) {
+            Resolved::One(s) => *s,
             Resolved::None => return Err(self.err_at(undefined_operator(op, None, e.ty), at)),
             Resolved::Ambiguous => {
                 return Err(self.err_at(ambiguous_operator(op, None, e.ty), at));
@@ -1240,17 +1470,50 @@ impl PlanCtx<'_> {
         let (lt, rt) = (l.ty, r.ty);
         if lt.array || rt.array {
             let arr = if lt.array { lt } else { rt };
-            let elem = Type { scalar: arr.scalar, array: false };
+            let elem = Type {
+                scalar: arr.scalar,
+                array: false,
+            };
+            if lt.array && rt == UNKNOWN || lt == UNKNOWN && rt.array {
+                // An untyped literal next to an array is read as an array of the same type.
+                let l = self.coerce_implicit(l, arr)?;
+                let r = self.coerce_implicit(r, arr)?;
+                return Ok(TypedExpr::new(
+                    arr,
+                    Node::Op {
+                        imp: Imp::ArrayCat,
+                        args: vec![l, r],
+                    },
+                ));
+            }
             if lt.array && rt.array {
                 if lt == rt {
-                    return Ok(TypedExpr::new(arr, Node::Op { imp: Imp::ArrayCat, args: vec![l, r] }));
+                    return Ok(TypedExpr::new(
+                        arr,
+                        Node::Op {
+                            imp: Imp::ArrayCat,
+                            args: vec![l, r],
+                        },
+                    ));
                 }
             } else if lt.array && can_coerce_implicit(rt, elem) {
                 let r = self.coerce_implicit(r, elem)?;
-                return Ok(TypedExpr::new(arr, Node::Op { imp: Imp::ArrayAppend, args: vec![l, r] }));
+                return Ok(TypedExpr::new(
+                    arr,
+                    Node::Op {
+                        imp: Imp::ArrayAppend,
+                        args: vec![l, r],
+                    },
+                ));
             } else if rt.array && can_coerce_implicit(lt, elem) {
                 let l = self.coerce_implicit(l, elem)?;
-                return Ok(TypedExpr::new(arr, Node::Op { imp: Imp::ArrayPrepend, args: vec![l, r] }));
+                return Ok(TypedExpr::new(
+                    arr,
+                    Node::Op {
+                        imp: Imp::ArrayPrepend,
+                        args: vec![l, r],
+                    },
+                ));
             }
             return Err(self.err_at(undefined_operator("||", Some(lt), rt), at));
         }
@@ -1259,18 +1522,30 @@ impl PlanCtx<'_> {
         {
             let l = self.coerce_implicit(l, BYTEA)?;
             let r = self.coerce_implicit(r, BYTEA)?;
-            return Ok(TypedExpr::new(BYTEA, Node::Op { imp: Imp::ByteaCat, args: vec![l, r] }));
+            return Ok(TypedExpr::new(
+                BYTEA,
+                Node::Op {
+                    imp: Imp::ByteaCat,
+                    args: vec![l, r],
+                },
+            ));
         }
         let textual = |t: Type| t == UNKNOWN || is_string(t);
         if !textual(lt) && !textual(rt) {
             return Err(self.err_at(undefined_operator("||", Some(lt), rt), at));
         }
-        let l = self.to_text_for_concat(l)?;
-        let r = self.to_text_for_concat(r)?;
-        Ok(TypedExpr::new(TEXT, Node::Op { imp: Imp::TextCat, args: vec![l, r] }))
+        let l = self.concat_operand(l)?;
+        let r = self.concat_operand(r)?;
+        Ok(TypedExpr::new(
+            TEXT,
+            Node::Op {
+                imp: Imp::TextCat,
+                args: vec![l, r],
+            },
+        ))
     }
 
-    fn to_text_for_concat(&mut self, e: TypedExpr) -> Result<TypedExpr, PgError> {
+    fn concat_operand(&mut self, e: TypedExpr) -> Result<TypedExpr, PgError> {
         if e.ty == UNKNOWN || is_string(e.ty) {
             return self.coerce(e, TEXT, Typmod::None);
         }
@@ -1303,12 +1578,27 @@ impl PlanCtx<'_> {
         }
     }
 
+    /// Another use of a value from [`PlanCtx::share`]. PostgreSQL copies the raw expression
+    /// for each use (BETWEEN, IN), so a parameter typed by an earlier use is already typed in
+    /// the next.
+    fn fresh(&self, shared: &TypedExpr) -> TypedExpr {
+        let mut e = shared.clone();
+        if let Node::Param(i) = e.node {
+            e.ty = self.params[i];
+        }
+        e
+    }
+
     fn bind(binding: Option<TypedExpr>, body: TypedExpr) -> TypedExpr {
         match binding {
             None => body,
-            Some(value) => {
-                TypedExpr::new(body.ty, Node::Let { value: Box::new(value), body: Box::new(body) })
-            }
+            Some(value) => TypedExpr::new(
+                body.ty,
+                Node::Let {
+                    value: Box::new(value),
+                    body: Box::new(body),
+                },
+            ),
         }
     }
 
@@ -1345,8 +1635,14 @@ impl PlanCtx<'_> {
                 self.cast_explicit(lit, ty, typmod, At::Start(expr))
             }
             E::Interval(iv) => self.plan_interval(iv),
-            E::Cast { kind, expr: inner, data_type, format } => {
-                if format.is_some() || !matches!(kind, ast::CastKind::Cast | ast::CastKind::DoubleColon)
+            E::Cast {
+                kind,
+                expr: inner,
+                data_type,
+                format,
+            } => {
+                if format.is_some()
+                    || !matches!(kind, ast::CastKind::Cast | ast::CastKind::DoubleColon)
                 {
                     return Err(feature_not_supported(format!("{kind:?} with this syntax")));
                 }
@@ -1365,22 +1661,33 @@ impl PlanCtx<'_> {
                         // with to find this cast's `::`.
                         let mut base = inner.as_ref();
                         let mut depth = 0;
-                        while let E::Cast { kind: ast::CastKind::DoubleColon, expr, .. } = base {
+                        while let E::Cast {
+                            kind: ast::CastKind::DoubleColon,
+                            expr,
+                            ..
+                        } = base
+                        {
                             base = expr;
                             depth += 1;
                         }
                         At::NthCast(base, depth)
                     }
-                    _ => At::WordBefore(inner, "cast"),
+                    _ => At::TokenBefore(inner, "cast"),
                 };
                 self.cast_explicit(e, ty, typmod, at)
             }
-            E::UnaryOp { op, expr: inner } => self.plan_unary(*op, inner, expr),
+            E::UnaryOp { op, expr: inner } => self.plan_unary(*op, inner),
             E::BinaryOp { left, op, right } => self.plan_binary(left, op, right),
             E::IsNull(e) | E::IsNotNull(e) => {
                 let arg = self.plan(e)?;
                 let negated = matches!(expr, E::IsNotNull(_));
-                Ok(TypedExpr::new(BOOL, Node::IsNull { arg: Box::new(arg), negated }))
+                Ok(TypedExpr::new(
+                    BOOL,
+                    Node::IsNull {
+                        arg: Box::new(arg),
+                        negated,
+                    },
+                ))
             }
             E::IsTrue(e)
             | E::IsNotTrue(e)
@@ -1389,16 +1696,22 @@ impl PlanCtx<'_> {
             | E::IsUnknown(e)
             | E::IsNotUnknown(e) => {
                 let (test, name) = match expr {
-                    E::IsTrue(_) => (BoolTest::IsTrue, "IS TRUE"),
-                    E::IsNotTrue(_) => (BoolTest::IsNotTrue, "IS NOT TRUE"),
-                    E::IsFalse(_) => (BoolTest::IsFalse, "IS FALSE"),
-                    E::IsNotFalse(_) => (BoolTest::IsNotFalse, "IS NOT FALSE"),
-                    E::IsUnknown(_) => (BoolTest::IsUnknown, "IS UNKNOWN"),
-                    _ => (BoolTest::IsNotUnknown, "IS NOT UNKNOWN"),
+                    E::IsTrue(_) => (BoolTest::True, "IS TRUE"),
+                    E::IsNotTrue(_) => (BoolTest::NotTrue, "IS NOT TRUE"),
+                    E::IsFalse(_) => (BoolTest::False, "IS FALSE"),
+                    E::IsNotFalse(_) => (BoolTest::NotFalse, "IS NOT FALSE"),
+                    E::IsUnknown(_) => (BoolTest::Unknown, "IS UNKNOWN"),
+                    _ => (BoolTest::NotUnknown, "IS NOT UNKNOWN"),
                 };
                 let arg = self.plan(e)?;
                 let arg = self.coerce_to_bool(arg, name, e)?;
-                Ok(TypedExpr::new(BOOL, Node::BoolTest { arg: Box::new(arg), test }))
+                Ok(TypedExpr::new(
+                    BOOL,
+                    Node::BoolTest {
+                        arg: Box::new(arg),
+                        test,
+                    },
+                ))
             }
             E::IsDistinctFrom(a, b) | E::IsNotDistinctFrom(a, b) => {
                 let l = self.plan(a)?;
@@ -1407,31 +1720,59 @@ impl PlanCtx<'_> {
                 let Node::Op { args, .. } = cmp.node else {
                     return Err(internal("IS DISTINCT FROM"));
                 };
-                let [l, r]: [TypedExpr; 2] =
-                    args.try_into().map_err(|_| internal("IS DISTINCT FROM arity"))?;
+                let [l, r]: [TypedExpr; 2] = args
+                    .try_into()
+                    .map_err(|_| internal("IS DISTINCT FROM arity"))?;
                 let negated = matches!(expr, E::IsNotDistinctFrom(..));
-                Ok(TypedExpr::new(BOOL, Node::Distinct { args: Box::new([l, r]), negated }))
+                Ok(TypedExpr::new(
+                    BOOL,
+                    Node::Distinct {
+                        args: Box::new([l, r]),
+                        negated,
+                    },
+                ))
             }
-            E::Between { expr: x, negated, low, high } => {
+            E::Between {
+                expr: x,
+                negated,
+                low,
+                high,
+            } => {
                 let xv = self.plan(x)?;
                 let (binding, xr) = self.share(xv);
                 let lo = self.plan(low)?;
                 let hi = self.plan(high)?;
                 let at = At::Token(x, if *negated { &["not"] } else { &["between"] });
                 let body = if *negated {
-                    let a = self.comparison(CmpOp::Lt, xr.clone(), lo, at)?;
-                    let b = self.comparison(CmpOp::Gt, xr, hi, at)?;
+                    let a = self.comparison(CmpOp::Lt, self.fresh(&xr), lo, at)?;
+                    let b = self.comparison(CmpOp::Gt, self.fresh(&xr), hi, at)?;
                     TypedExpr::new(BOOL, Node::Or(vec![a, b]))
                 } else {
-                    let a = self.comparison(CmpOp::Ge, xr.clone(), lo, at)?;
-                    let b = self.comparison(CmpOp::Le, xr, hi, at)?;
+                    let a = self.comparison(CmpOp::Ge, self.fresh(&xr), lo, at)?;
+                    let b = self.comparison(CmpOp::Le, self.fresh(&xr), hi, at)?;
                     TypedExpr::new(BOOL, Node::And(vec![a, b]))
                 };
                 Ok(Self::bind(binding, body))
             }
-            E::InList { expr: x, list, negated } => self.plan_in_list(x, list, *negated),
-            E::Like { negated, any, expr: x, pattern, escape_char }
-            | E::ILike { negated, any, expr: x, pattern, escape_char } => {
+            E::InList {
+                expr: x,
+                list,
+                negated,
+            } => self.plan_in_list(x, list, *negated),
+            E::Like {
+                negated,
+                any,
+                expr: x,
+                pattern,
+                escape_char,
+            }
+            | E::ILike {
+                negated,
+                any,
+                expr: x,
+                pattern,
+                escape_char,
+            } => {
                 if *any {
                     return Err(feature_not_supported("LIKE ANY"));
                 }
@@ -1446,16 +1787,32 @@ impl PlanCtx<'_> {
                 );
                 self.plan_like(x, pattern, escape_char.as_deref(), ci, *negated, at)
             }
-            E::AnyOp { left, compare_op, right, .. } => {
-                self.plan_any_all(left, compare_op, right, false)
-            }
-            E::AllOp { left, compare_op, right } => self.plan_any_all(left, compare_op, right, true),
-            E::Case { operand, conditions, else_result, .. } => {
-                self.plan_case(operand.as_deref(), conditions, else_result.as_deref())
-            }
+            E::AnyOp {
+                left,
+                compare_op,
+                right,
+                ..
+            } => self.plan_any_all(left, compare_op, right, false),
+            E::AllOp {
+                left,
+                compare_op,
+                right,
+            } => self.plan_any_all(left, compare_op, right, true),
+            E::Case {
+                operand,
+                conditions,
+                else_result,
+                ..
+            } => self.plan_case(operand.as_deref(), conditions, else_result.as_deref()),
             E::Function(f) => self.plan_function(f, expr),
             E::Array(a) => self.plan_array(&a.elem, expr),
-            E::Substring { expr: s, substring_from, substring_for, shorthand, .. } => {
+            E::Substring {
+                expr: s,
+                substring_from,
+                substring_for,
+                shorthand,
+                ..
+            } => {
                 let name = if *shorthand { "substr" } else { "substring" };
                 let mut args = vec![s.as_ref()];
                 match (substring_from, substring_for) {
@@ -1474,7 +1831,12 @@ impl PlanCtx<'_> {
                 }
                 self.call_with_asts(name, &args, expr)
             }
-            E::Trim { trim_where, trim_what, expr: s, trim_characters } => {
+            E::Trim {
+                trim_where,
+                trim_what,
+                expr: s,
+                trim_characters,
+            } => {
                 let name = match trim_where {
                     Some(ast::TrimWhereField::Leading) => "ltrim",
                     Some(ast::TrimWhereField::Trailing) => "rtrim",
@@ -1493,12 +1855,18 @@ impl PlanCtx<'_> {
                 self.call_with_asts("strpos", &[r#in.as_ref(), needle.as_ref()], expr)
             }
             E::Ceil { expr: e, field } | E::Floor { expr: e, field } => {
-                let name = if matches!(expr, E::Ceil { .. }) { "ceil" } else { "floor" };
+                let name = if matches!(expr, E::Ceil { .. }) {
+                    "ceil"
+                } else {
+                    "floor"
+                };
                 match field {
                     ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) => {
                         self.call_with_asts(name, &[e.as_ref()], expr)
                     }
-                    _ => Err(feature_not_supported(format!("{name} with a second argument"))),
+                    _ => Err(feature_not_supported(format!(
+                        "{name} with a second argument"
+                    ))),
                 }
             }
             E::Extract { field, expr: e, .. } => {
@@ -1509,7 +1877,10 @@ impl PlanCtx<'_> {
                 ];
                 self.call_function("extract", &mut args, At::Start(expr), None)
             }
-            E::AtTimeZone { timestamp, time_zone } => {
+            E::AtTimeZone {
+                timestamp,
+                time_zone,
+            } => {
                 let mut args = vec![self.plan(time_zone)?, self.plan(timestamp)?];
                 self.call_function("timezone", &mut args, At::Token(timestamp, &["at"]), None)
             }
@@ -1519,7 +1890,10 @@ impl PlanCtx<'_> {
             }
             E::Tuple(_) => Err(feature_not_supported("row constructor")),
             E::Wildcard(_) | E::QualifiedWildcard(..) => Err(self.err_at(
-                PgError::new(SqlState::SYNTAX_ERROR, "* is not allowed in an expression here"),
+                PgError::new(
+                    SqlState::SYNTAX_ERROR,
+                    "* is not allowed in an expression here",
+                ),
                 At::Start(expr),
             )),
             other => Err(feature_not_supported(format!("expression {other}"))),
@@ -1528,14 +1902,19 @@ impl PlanCtx<'_> {
 
     fn column(&mut self, ids: &[ast::Ident], expr: &ast::Expr) -> Result<TypedExpr, PgError> {
         if let Some(resolver) = self.columns {
-            let (i, ty) = resolver.resolve(ids).map_err(|e| self.err_at(e, At::Start(expr)))?;
+            let (i, ty) = resolver
+                .resolve(ids)
+                .map_err(|e| self.err_at(e, At::Start(expr)))?;
             return Ok(TypedExpr::new(ty, Node::Column(i)));
         }
         let name: Vec<String> = ids.iter().map(ident_name).collect();
         let err = if ids.len() > 1 {
             PgError::new(
                 SqlState::UNDEFINED_TABLE,
-                format!("missing FROM-clause entry for table \"{}\"", name[name.len() - 2]),
+                format!(
+                    "missing FROM-clause entry for table \"{}\"",
+                    name[name.len() - 2]
+                ),
             )
         } else {
             PgError::new(
@@ -1570,10 +1949,7 @@ impl PlanCtx<'_> {
             .filter(|n| (1..=MAX_PARAMS).contains(n))
             .ok_or_else(|| {
                 self.err_at(
-                    PgError::new(
-                        SqlState(*b"42P02"),
-                        format!("there is no parameter {p}"),
-                    ),
+                    PgError::new(SqlState(*b"42P02"), format!("there is no parameter {p}")),
                     At::Loc(loc),
                 )
             })?;
@@ -1605,13 +1981,25 @@ impl PlanCtx<'_> {
         &mut self,
         op: ast::UnaryOperator,
         inner: &ast::Expr,
-        whole: &ast::Expr,
     ) -> Result<TypedExpr, PgError> {
         match op {
             ast::UnaryOperator::Not => {
                 let e = self.plan(inner)?;
                 let e = self.coerce_to_bool(e, "NOT", inner)?;
                 Ok(TypedExpr::new(BOOL, Node::Not(Box::new(e))))
+            }
+            ast::UnaryOperator::Minus | ast::UnaryOperator::Plus
+                if matches!(
+                    inner,
+                    ast::Expr::BinaryOp {
+                        op: ast::BinaryOperator::PGExp,
+                        ..
+                    }
+                ) =>
+            {
+                // PostgreSQL binds unary minus tighter than `^` (`-2 ^ 2` is 4); sqlparser
+                // parses `-(2 ^ 2)`. Move the sign onto the leftmost operand of the `^` chain.
+                self.plan(&sign_leftmost_power_operand(op, inner))
             }
             ast::UnaryOperator::Minus => {
                 // A negated numeric literal is one constant, typed by its value; PostgreSQL's
@@ -1624,11 +2012,11 @@ impl PlanCtx<'_> {
                     }
                 }
                 let e = self.plan(inner)?;
-                self.unary_op("-", e, At::Start(whole))
+                self.unary_op("-", e, At::TokenBefore(inner, "-"))
             }
             ast::UnaryOperator::Plus => {
                 let e = self.plan(inner)?;
-                self.unary_op("+", e, At::Start(whole))
+                self.unary_op("+", e, At::TokenBefore(inner, "+"))
             }
             other => Err(feature_not_supported(format!("operator {other}"))),
         }
@@ -1654,7 +2042,11 @@ impl PlanCtx<'_> {
                         (_, node) => args.push(TypedExpr::new(BOOL, node)),
                     }
                 }
-                let node = if *op == B::And { Node::And(args) } else { Node::Or(args) };
+                let node = if *op == B::And {
+                    Node::And(args)
+                } else {
+                    Node::Or(args)
+                };
                 Ok(TypedExpr::new(BOOL, node))
             }
             B::PGLikeMatch | B::PGILikeMatch | B::PGNotLikeMatch | B::PGNotILikeMatch => {
@@ -1725,7 +2117,7 @@ impl PlanCtx<'_> {
         };
         let mut terms = Vec::with_capacity(items.len());
         for item in items {
-            terms.push(self.comparison(op, lref.clone(), item, at)?);
+            terms.push(self.comparison(op, self.fresh(&lref), item, at)?);
         }
         let body = if terms.len() == 1 {
             terms.pop().ok_or_else(|| internal("IN"))?
@@ -1761,18 +2153,53 @@ impl PlanCtx<'_> {
             let e = self.coerce_implicit_or_fail(e, TEXT, esc)?;
             r = TypedExpr::new(
                 TEXT,
-                Node::Op { imp: Imp::Func(Func::LikeEscape), args: vec![pat, e] },
+                Node::Op {
+                    imp: Imp::Func(Func::LikeEscape),
+                    args: vec![pat, e],
+                },
             );
         }
         let sigs = [
-            Sig::new(&[TEXT, TEXT], BOOL, Imp::Like { case_insensitive, negated }),
-            Sig::new(&[BPCHAR, TEXT], BOOL, Imp::Like { case_insensitive, negated }),
-            Sig::new(&[NAME, TEXT], BOOL, Imp::Like { case_insensitive, negated }),
-            Sig::new(&[BYTEA, BYTEA], BOOL, Imp::Like { case_insensitive, negated }),
+            Sig::new(
+                &[TEXT, TEXT],
+                BOOL,
+                Imp::Like {
+                    case_insensitive,
+                    negated,
+                },
+            ),
+            Sig::new(
+                &[BPCHAR, TEXT],
+                BOOL,
+                Imp::Like {
+                    case_insensitive,
+                    negated,
+                },
+            ),
+            Sig::new(
+                &[NAME, TEXT],
+                BOOL,
+                Imp::Like {
+                    case_insensitive,
+                    negated,
+                },
+            ),
+            Sig::new(
+                &[BYTEA, BYTEA],
+                BOOL,
+                Imp::Like {
+                    case_insensitive,
+                    negated,
+                },
+            ),
         ];
-        let sigs = if case_insensitive { &sigs[..3] } else { &sigs[..] };
+        let sigs = if case_insensitive {
+            &sigs[..3]
+        } else {
+            &sigs[..]
+        };
         let sig = match Self::resolve(&[l.ty, r.ty], sigs) {
-            Resolved::One(s) => s.clone(),
+            Resolved::One(s) => *s,
             Resolved::None => return Err(self.err_at(undefined_operator(op, Some(l.ty), r.ty), at)),
             Resolved::Ambiguous => {
                 return Err(self.err_at(ambiguous_operator(op, Some(l.ty), r.ty), at))
@@ -1828,18 +2255,21 @@ impl PlanCtx<'_> {
         let elem_input = if r.ty == UNKNOWN {
             UNKNOWN
         } else if r.ty.array {
-            Type { scalar: r.ty.scalar, array: false }
+            Type {
+                scalar: r.ty.scalar,
+                array: false,
+            }
         } else {
             let err = PgError::new(
                 SqlState(*b"42809"),
-                format!("op ANY/ALL (array) requires array on right side"),
+                "op ANY/ALL (array) requires array on right side",
             );
             return Err(self.err_at(err, At::Token(left, any_tokens)));
         };
         let op_symbol = cmp.symbol();
         let sigs = operator_sigs(op_symbol);
-        let sig = match Self::resolve(&[l.ty, elem_input], &sigs) {
-            Resolved::One(s) => s.clone(),
+        let sig = match Self::resolve(&[l.ty, elem_input], sigs) {
+            Resolved::One(s) => *s,
             Resolved::None => {
                 return Err(self.err_at(
                     undefined_operator(op_symbol, Some(l.ty), elem_input),
@@ -1853,13 +2283,26 @@ impl PlanCtx<'_> {
                 ))
             }
         };
-        let l = self.coerce_implicit(l, sig.args[0])?;
-        let l = self.coerce(l, sig.compute[0], Typmod::None)?;
-        let arr_decl = Type { scalar: sig.args[1].scalar, array: true };
-        let arr_comp = Type { scalar: sig.compute[1].scalar, array: true };
+        let l = self.coerce_implicit(l, sig.args()[0])?;
+        let l = self.coerce(l, sig.compute()[0], Typmod::None)?;
+        let arr_decl = Type {
+            scalar: sig.args()[1].scalar,
+            array: true,
+        };
+        let arr_comp = Type {
+            scalar: sig.compute()[1].scalar,
+            array: true,
+        };
         let r = self.coerce(r, arr_decl, Typmod::None)?;
         let r = self.coerce(r, arr_comp, Typmod::None)?;
-        Ok(TypedExpr::new(BOOL, Node::AnyAll { op: cmp, all, args: Box::new([l, r]) }))
+        Ok(TypedExpr::new(
+            BOOL,
+            Node::AnyAll {
+                op: cmp,
+                all,
+                args: Box::new([l, r]),
+            },
+        ))
     }
 
     fn plan_case(
@@ -1871,7 +2314,11 @@ impl PlanCtx<'_> {
         let (binding, test) = match operand {
             Some(o) => {
                 let e = self.plan(o)?;
-                let e = if e.ty == UNKNOWN { self.coerce(e, TEXT, Typmod::None)? } else { e };
+                let e = if e.ty == UNKNOWN {
+                    self.coerce(e, TEXT, Typmod::None)?
+                } else {
+                    e
+                };
                 let (b, t) = self.share(e);
                 (b, Some(t))
             }
@@ -1883,7 +2330,7 @@ impl PlanCtx<'_> {
         for w in conditions {
             let c = self.plan(&w.condition)?;
             let c = match &test {
-                Some(t) => self.comparison(CmpOp::Eq, t.clone(), c, At::Start(&w.condition))?,
+                Some(t) => self.comparison(CmpOp::Eq, self.fresh(t), c, At::Start(&w.condition))?,
                 None => self.coerce_to_bool(c, "CASE/WHEN", &w.condition)?,
             };
             conds.push(c);
@@ -1905,17 +2352,30 @@ impl PlanCtx<'_> {
         let mut ordered_asts: Vec<Option<&ast::Expr>> = Vec::with_capacity(refs.len());
         if else_result.is_some() {
             ordered_asts.push(result_asts.last().copied());
-            ordered_asts.extend(result_asts[..result_asts.len() - 1].iter().copied().map(Some));
+            ordered_asts.extend(
+                result_asts[..result_asts.len() - 1]
+                    .iter()
+                    .copied()
+                    .map(Some),
+            );
         } else {
             // No ELSE: the implicit NULL has no position.
             ordered_asts.push(None);
             ordered_asts.extend(result_asts.iter().copied().map(Some));
         }
-        let ty = self.common_type(&refs, Some("CASE"), &ordered_asts)?.unwrap_or(TEXT);
+        let ty = self
+            .common_type(&refs, Some("CASE"), &ordered_asts)?
+            .unwrap_or(TEXT);
         let mut results = self.coerce_all(results, ty)?;
         let otherwise = results.pop().ok_or_else(|| internal("CASE"))?;
         let whens = conds.into_iter().zip(results).collect();
-        let case = TypedExpr::new(ty, Node::Case { whens, otherwise: Box::new(otherwise) });
+        let case = TypedExpr::new(
+            ty,
+            Node::Case {
+                whens,
+                otherwise: Box::new(otherwise),
+            },
+        );
         Ok(Self::bind(binding, case))
     }
 
@@ -1925,9 +2385,7 @@ impl PlanCtx<'_> {
                 SqlState::INDETERMINATE_DATATYPE,
                 "cannot determine type of empty array",
             )
-            .with_hint(
-                "Explicitly cast to the desired type, for example ARRAY[]::integer[].",
-            );
+            .with_hint("Explicitly cast to the desired type, for example ARRAY[]::integer[].");
             return Err(self.err_at(err, At::Start(whole)));
         }
         let mut planned = Vec::with_capacity(elems.len());
@@ -1942,9 +2400,17 @@ impl PlanCtx<'_> {
         }
         let refs: Vec<&TypedExpr> = planned.iter().collect();
         let asts: Vec<Option<&ast::Expr>> = elems.iter().map(Some).collect();
-        let ty = self.common_type(&refs, Some("ARRAY"), &asts)?.unwrap_or(TEXT);
+        let ty = self
+            .common_type(&refs, Some("ARRAY"), &asts)?
+            .unwrap_or(TEXT);
         let planned = self.coerce_all(planned, ty)?;
-        Ok(TypedExpr::new(Type { scalar: ty.scalar, array: true }, Node::Array(planned)))
+        Ok(TypedExpr::new(
+            Type {
+                scalar: ty.scalar,
+                array: true,
+            },
+            Node::Array(planned),
+        ))
     }
 
     fn plan_sql_value_function(
@@ -1967,10 +2433,20 @@ impl PlanCtx<'_> {
                 ))
             }
         };
-        Ok(TypedExpr::new(ty, Node::Op { imp: Imp::Func(func), args: Vec::new() }))
+        Ok(TypedExpr::new(
+            ty,
+            Node::Op {
+                imp: Imp::Func(func),
+                args: Vec::new(),
+            },
+        ))
     }
 
-    fn plan_function(&mut self, f: &ast::Function, whole: &ast::Expr) -> Result<TypedExpr, PgError> {
+    fn plan_function(
+        &mut self,
+        f: &ast::Function,
+        whole: &ast::Expr,
+    ) -> Result<TypedExpr, PgError> {
         let parts: Vec<String> = f
             .name
             .0
@@ -2066,7 +2542,9 @@ impl PlanCtx<'_> {
                 let context = name.to_uppercase();
                 let refs: Vec<&TypedExpr> = args.iter().collect();
                 let opt_asts: Vec<Option<&ast::Expr>> = asts.iter().copied().map(Some).collect();
-                let ty = self.common_type(&refs, Some(&context), &opt_asts)?.unwrap_or(TEXT);
+                let ty = self
+                    .common_type(&refs, Some(&context), &opt_asts)?
+                    .unwrap_or(TEXT);
                 let planned = self.coerce_all(std::mem::take(args), ty)?;
                 let node = if name == "coalesce" {
                     Node::Coalesce(planned)
@@ -2074,7 +2552,10 @@ impl PlanCtx<'_> {
                     if ty.array || matches!(ty.scalar, Scalar::Json | Scalar::Void) {
                         return Err(self.err_at(undefined_operator("<", Some(ty), ty), at));
                     }
-                    Node::MinMax { greatest: name == "greatest", args: planned }
+                    Node::MinMax {
+                        greatest: name == "greatest",
+                        args: planned,
+                    }
                 };
                 return Ok(TypedExpr::new(ty, node));
             }
@@ -2100,12 +2581,17 @@ impl PlanCtx<'_> {
                 return Ok(Self::bind(binding, case));
             }
             "concat" | "concat_ws" if !args.is_empty() => {
-                let func = if name == "concat" { Func::Concat } else { Func::ConcatWs };
+                let func = if name == "concat" {
+                    Func::Concat
+                } else {
+                    Func::ConcatWs
+                };
                 let mut planned = Vec::with_capacity(args.len());
                 for (i, a) in std::mem::take(args).into_iter().enumerate() {
-                    // concat's arguments are "any": unknown literals become text; the
-                    // separator of concat_ws is text.
-                    let a = if a.ty == UNKNOWN || (i == 0 && func == Func::ConcatWs) {
+                    // concat's arguments are "any": unknown literals become text (parameters
+                    // stay unknown, as in PostgreSQL); the separator of concat_ws is text.
+                    let literal = a.ty == UNKNOWN && matches!(a.node, Node::Const(_));
+                    let a = if literal || (i == 0 && func == Func::ConcatWs) {
                         if func == Func::ConcatWs && i == 0 && !can_coerce_implicit(a.ty, TEXT) {
                             let types: Vec<Type> =
                                 planned.iter().map(|e: &TypedExpr| e.ty).collect();
@@ -2117,17 +2603,24 @@ impl PlanCtx<'_> {
                     };
                     planned.push(a);
                 }
-                return Ok(TypedExpr::new(TEXT, Node::Op { imp: Imp::Func(func), args: planned }));
+                return Ok(TypedExpr::new(
+                    TEXT,
+                    Node::Op {
+                        imp: Imp::Func(func),
+                        args: planned,
+                    },
+                ));
             }
             _ => {}
         }
         let sigs = func::signatures(name);
         let inputs: Vec<Type> = args.iter().map(|a| a.ty).collect();
-        let sig = match Self::resolve(&inputs, &sigs) {
-            Resolved::One(s) => s.clone(),
-            Resolved::None => return Err(self.err_at(undefined_function(name, &inputs), at)),
-            Resolved::Ambiguous => {
-                let err = PgError::new(
+        let sig =
+            match Self::resolve(&inputs, sigs) {
+                Resolved::One(s) => *s,
+                Resolved::None => return Err(self.err_at(undefined_function(name, &inputs), at)),
+                Resolved::Ambiguous => {
+                    let err = PgError::new(
                     SqlState::AMBIGUOUS_FUNCTION,
                     format!("function {} is not unique", function_signature(name, &inputs)),
                 )
@@ -2135,11 +2628,17 @@ impl PlanCtx<'_> {
                     "Could not choose a best candidate function. You might need to add explicit \
                      type casts.",
                 );
-                return Err(self.err_at(err, at));
-            }
-        };
+                    return Err(self.err_at(err, at));
+                }
+            };
         let planned = self.apply_sig(&sig, std::mem::take(args))?;
-        Ok(TypedExpr::new(sig.ret, Node::Op { imp: sig.imp, args: planned }))
+        Ok(TypedExpr::new(
+            sig.ret,
+            Node::Op {
+                imp: sig.imp,
+                args: planned,
+            },
+        ))
     }
 
     // ----- queries -----------------------------------------------------------------------------
@@ -2161,12 +2660,18 @@ impl PlanCtx<'_> {
             ast::SetExpr::Select(s) => self.plan_select(s)?,
             ast::SetExpr::Values(v) => self.plan_values(v)?,
             ast::SetExpr::Query(inner) => self.plan_query(inner)?,
-            ast::SetExpr::SetOperation { .. } => return Err(feature_not_supported("UNION/INTERSECT/EXCEPT")),
+            ast::SetExpr::SetOperation { .. } => {
+                return Err(feature_not_supported("UNION/INTERSECT/EXCEPT"))
+            }
             _ => return Err(feature_not_supported("this query form")),
         };
         if let Some(limit) = &q.limit_clause {
             let (limit, offset) = match limit {
-                ast::LimitClause::LimitOffset { limit, offset, limit_by } => {
+                ast::LimitClause::LimitOffset {
+                    limit,
+                    offset,
+                    limit_by,
+                } => {
                     if !limit_by.is_empty() {
                         return Err(feature_not_supported("LIMIT BY"));
                     }
@@ -2192,7 +2697,12 @@ impl PlanCtx<'_> {
         Ok(out)
     }
 
-    fn limit_expr(&mut self, e: TypedExpr, what: &str, a: &ast::Expr) -> Result<TypedExpr, PgError> {
+    fn limit_expr(
+        &mut self,
+        e: TypedExpr,
+        what: &str,
+        a: &ast::Expr,
+    ) -> Result<TypedExpr, PgError> {
         if !can_coerce_implicit(e.ty, INT8) {
             let err = datatype_mismatch(format!(
                 "argument of {what} must be type bigint, not type {}",
@@ -2257,10 +2767,19 @@ impl PlanCtx<'_> {
             }
             None => None,
         };
+        let select = ConstSelect {
+            columns,
+            rows: vec![row],
+            filter,
+            limit: None,
+            offset: None,
+        };
         // Fold after the whole statement is analysed, as PostgreSQL plans after parse analysis.
-        let row = row.into_iter().map(|e| fold(e, None)).collect::<Result<Vec<_>, _>>()?;
-        let filter = filter.map(|f| fold(f, None)).transpose()?;
-        Ok(ConstSelect { columns, rows: vec![row], filter, limit: None, offset: None })
+        if self.fold {
+            select.folded()
+        } else {
+            Ok(select)
+        }
     }
 
     fn plan_values(&mut self, v: &ast::Values) -> Result<ConstSelect, PgError> {
@@ -2268,8 +2787,10 @@ impl PlanCtx<'_> {
         let mut rows: Vec<Vec<TypedExpr>> = Vec::with_capacity(v.rows.len());
         for r in &v.rows {
             if r.content.len() != width {
-                let err =
-                    PgError::new(SqlState::SYNTAX_ERROR, "VALUES lists must all be the same length");
+                let err = PgError::new(
+                    SqlState::SYNTAX_ERROR,
+                    "VALUES lists must all be the same length",
+                );
                 return Err(self.err_at(err, r.content.first().map_or(At::Nowhere, At::Start)));
             }
             let mut row = Vec::with_capacity(width);
@@ -2281,19 +2802,29 @@ impl PlanCtx<'_> {
         let mut columns = Vec::with_capacity(width);
         for c in 0..width {
             let refs: Vec<&TypedExpr> = rows.iter().map(|r| &r[c]).collect();
-            let asts: Vec<Option<&ast::Expr>> = v.rows.iter().map(|r| Some(&r.content[c])).collect();
-            let ty = self.common_type(&refs, Some("VALUES"), &asts)?.unwrap_or(TEXT);
+            let asts: Vec<Option<&ast::Expr>> =
+                v.rows.iter().map(|r| Some(&r.content[c])).collect();
+            let ty = self
+                .common_type(&refs, Some("VALUES"), &asts)?
+                .unwrap_or(TEXT);
             for row in rows.iter_mut() {
                 let e = std::mem::replace(&mut row[c], TypedExpr::konst(ty, Value::Null));
                 row[c] = self.coerce_implicit(e, ty)?;
             }
             columns.push((format!("column{}", c + 1), ty));
         }
-        let rows = rows
-            .into_iter()
-            .map(|r| r.into_iter().map(|e| fold(e, None)).collect::<Result<Vec<_>, _>>())
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ConstSelect { columns, rows, filter: None, limit: None, offset: None })
+        let select = ConstSelect {
+            columns,
+            rows,
+            filter: None,
+            limit: None,
+            offset: None,
+        };
+        if self.fold {
+            select.folded()
+        } else {
+            Ok(select)
+        }
     }
 }
 
@@ -2368,15 +2899,35 @@ fn string_literal(v: &ast::Value) -> Option<&str> {
     }
 }
 
+/// Rewrites `op (a ^ b ^ c)` as `((op a) ^ b) ^ c`.
+fn sign_leftmost_power_operand(op: ast::UnaryOperator, e: &ast::Expr) -> ast::Expr {
+    match e {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::PGExp,
+            right,
+        } => ast::Expr::BinaryOp {
+            left: Box::new(sign_leftmost_power_operand(op, left)),
+            op: ast::BinaryOperator::PGExp,
+            right: right.clone(),
+        },
+        other => ast::Expr::UnaryOp {
+            op,
+            expr: Box::new(other.clone()),
+        },
+    }
+}
+
 /// A numeric literal under any number of parentheses and unary minus signs: the literal and
 /// whether an odd number of minus signs applies.
 fn signed_literal(e: &ast::Expr) -> Option<(&ast::ValueWithSpan, bool)> {
     match e {
         ast::Expr::Value(v) if matches!(v.value, ast::Value::Number(..)) => Some((v, false)),
         ast::Expr::Nested(inner) => signed_literal(inner),
-        ast::Expr::UnaryOp { op: ast::UnaryOperator::Minus, expr } => {
-            signed_literal(expr).map(|(v, neg)| (v, !neg))
-        }
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => signed_literal(expr).map(|(v, neg)| (v, !neg)),
         _ => None,
     }
 }
@@ -2384,7 +2935,11 @@ fn signed_literal(e: &ast::Expr) -> Option<(&ast::ValueWithSpan, bool)> {
 /// Types a numeric literal as PostgreSQL's scanner does: int4 if it fits, else int8, else
 /// numeric; anything with a point or exponent is numeric.
 fn number_literal(s: &str, negative: bool) -> Result<TypedExpr, PgError> {
-    let text = if negative { format!("-{s}") } else { s.to_string() };
+    let text = if negative {
+        format!("-{s}")
+    } else {
+        s.to_string()
+    };
     if s.bytes().all(|b| b.is_ascii_digit()) {
         if let Ok(v) = text.parse::<i32>() {
             return Ok(TypedExpr::konst(INT4, Value::Int4(v)));
@@ -2474,7 +3029,13 @@ fn resolve_data_type(dt: &ast::DataType) -> Result<(Type, Typmod), PgError> {
                 }
             };
             let (t, typmod) = resolve_data_type(inner)?;
-            (Type { scalar: t.scalar, array: true }, typmod)
+            (
+                Type {
+                    scalar: t.scalar,
+                    array: true,
+                },
+                typmod,
+            )
         }
         D::Custom(name, mods) => {
             let last = name.0.last().map(|p| match p {
@@ -2505,7 +3066,10 @@ fn resolve_data_type(dt: &ast::DataType) -> Result<(Type, Typmod), PgError> {
         other => {
             return Err(PgError::new(
                 SqlState::UNDEFINED_OBJECT,
-                format!("type \"{}\" does not exist", other.to_string().to_lowercase()),
+                format!(
+                    "type \"{}\" does not exist",
+                    other.to_string().to_lowercase()
+                ),
             ))
         }
     })
@@ -2524,7 +3088,10 @@ fn numeric_typmod(precision: u64, scale: i64) -> Result<Typmod, PgError> {
             format!("NUMERIC scale {scale} must be between 0 and precision {precision}"),
         ));
     }
-    Ok(Typmod::Numeric { precision: precision as u32, scale: scale as u32 })
+    Ok(Typmod::Numeric {
+        precision: precision as u32,
+        scale: scale as u32,
+    })
 }
 
 /// Type names that sqlparser leaves as `Custom`.
@@ -2640,7 +3207,11 @@ fn figure_colname(expr: &ast::Expr, name: &mut String) -> u8 {
             }
             2
         }
-        E::Cast { expr: inner, data_type, .. } => {
+        E::Cast {
+            expr: inner,
+            data_type,
+            ..
+        } => {
             let strength = figure_colname(inner, name);
             if strength <= 1 {
                 set(name, &data_type_colname(data_type));
@@ -2656,7 +3227,11 @@ fn figure_colname(expr: &ast::Expr, name: &mut String) -> u8 {
             set(name, "interval");
             1
         }
-        E::Case { conditions: _, else_result, .. } => {
+        E::Case {
+            conditions: _,
+            else_result,
+            ..
+        } => {
             let strength = match else_result {
                 Some(e) => figure_colname(e, name),
                 None => 0,
@@ -2747,12 +3322,20 @@ fn arith_sigs(op: ArOp, out: &mut Vec<Sig>) {
             for (t, n) in INTS {
                 out.push(Sig::new(&[t, t], t, Imp::Arith(op, n)));
             }
-            out.push(Sig::new(&[NUMERIC, NUMERIC], NUMERIC, Imp::Arith(op, Num::N)));
+            out.push(Sig::new(
+                &[NUMERIC, NUMERIC],
+                NUMERIC,
+                Imp::Arith(op, Num::N),
+            ));
             return;
         }
         ArOp::Pow => {
             out.push(Sig::new(&[FLOAT8, FLOAT8], FLOAT8, Imp::Arith(op, Num::F8)));
-            out.push(Sig::new(&[NUMERIC, NUMERIC], NUMERIC, Imp::Arith(op, Num::N)));
+            out.push(Sig::new(
+                &[NUMERIC, NUMERIC],
+                NUMERIC,
+                Imp::Arith(op, Num::N),
+            ));
             return;
         }
         _ => {}
@@ -2760,17 +3343,45 @@ fn arith_sigs(op: ArOp, out: &mut Vec<Sig>) {
     for (lt, ln) in INTS {
         for (rt, rn) in INTS {
             let w = wider_int(ln, rn);
-            out.push(Sig::widened(&[lt, rt], &[w.ty(), w.ty()], w.ty(), Imp::Arith(op, w)));
+            out.push(Sig::widened(
+                &[lt, rt],
+                &[w.ty(), w.ty()],
+                w.ty(),
+                Imp::Arith(op, w),
+            ));
         }
     }
     out.push(Sig::new(&[FLOAT4, FLOAT4], FLOAT4, Imp::Arith(op, Num::F4)));
     out.push(Sig::new(&[FLOAT8, FLOAT8], FLOAT8, Imp::Arith(op, Num::F8)));
-    out.push(Sig::widened(&[FLOAT4, FLOAT8], &[FLOAT8, FLOAT8], FLOAT8, Imp::Arith(op, Num::F8)));
-    out.push(Sig::widened(&[FLOAT8, FLOAT4], &[FLOAT8, FLOAT8], FLOAT8, Imp::Arith(op, Num::F8)));
-    out.push(Sig::new(&[NUMERIC, NUMERIC], NUMERIC, Imp::Arith(op, Num::N)));
+    out.push(Sig::widened(
+        &[FLOAT4, FLOAT8],
+        &[FLOAT8, FLOAT8],
+        FLOAT8,
+        Imp::Arith(op, Num::F8),
+    ));
+    out.push(Sig::widened(
+        &[FLOAT8, FLOAT4],
+        &[FLOAT8, FLOAT8],
+        FLOAT8,
+        Imp::Arith(op, Num::F8),
+    ));
+    out.push(Sig::new(
+        &[NUMERIC, NUMERIC],
+        NUMERIC,
+        Imp::Arith(op, Num::N),
+    ));
 }
 
-fn operator_sigs(op: &str) -> Vec<Sig> {
+/// Candidates of a binary operator (empty for an unknown operator).
+fn operator_sigs(op: &str) -> &'static [Sig] {
+    static TABLE: std::sync::OnceLock<SigTable> = std::sync::OnceLock::new();
+    const OPERATORS: &[&str] = &[
+        "+", "-", "*", "/", "%", "^", "=", "<>", "<", "<=", ">", ">=",
+    ];
+    lookup_sigs(&TABLE, OPERATORS, build_operator_sigs, op)
+}
+
+fn build_operator_sigs(op: &str) -> Vec<Sig> {
     let mut out = Vec::new();
     let dt = |args: &[Type], compute: &[Type], ret: Type, op: DtOp| {
         Sig::widened(args, compute, ret, Imp::Dt(op))
@@ -2781,17 +3392,52 @@ fn operator_sigs(op: &str) -> Vec<Sig> {
             out.extend([
                 dt(&[DATE, INT4], &[DATE, INT4], DATE, DtOp::DatePlusDays),
                 dt(&[INT4, DATE], &[INT4, DATE], DATE, DtOp::DaysPlusDate),
-                dt(&[DATE, INTERVAL], &[TIMESTAMP, INTERVAL], TIMESTAMP, DtOp::TsPlusIv),
-                dt(&[INTERVAL, DATE], &[INTERVAL, TIMESTAMP], TIMESTAMP, DtOp::IvPlusTs),
+                dt(
+                    &[DATE, INTERVAL],
+                    &[TIMESTAMP, INTERVAL],
+                    TIMESTAMP,
+                    DtOp::TsPlusIv,
+                ),
+                dt(
+                    &[INTERVAL, DATE],
+                    &[INTERVAL, TIMESTAMP],
+                    TIMESTAMP,
+                    DtOp::IvPlusTs,
+                ),
                 dt(&[DATE, TIME], &[DATE, TIME], TIMESTAMP, DtOp::DatePlusTime),
                 dt(&[TIME, DATE], &[TIME, DATE], TIMESTAMP, DtOp::TimePlusDate),
                 dt(&[TIME, INTERVAL], &[TIME, INTERVAL], TIME, DtOp::TimePlusIv),
                 dt(&[INTERVAL, TIME], &[INTERVAL, TIME], TIME, DtOp::IvPlusTime),
-                dt(&[TIMESTAMP, INTERVAL], &[TIMESTAMP, INTERVAL], TIMESTAMP, DtOp::TsPlusIv),
-                dt(&[INTERVAL, TIMESTAMP], &[INTERVAL, TIMESTAMP], TIMESTAMP, DtOp::IvPlusTs),
-                dt(&[TIMESTAMPTZ, INTERVAL], &[TIMESTAMPTZ, INTERVAL], TIMESTAMPTZ, DtOp::TstzPlusIv),
-                dt(&[INTERVAL, TIMESTAMPTZ], &[INTERVAL, TIMESTAMPTZ], TIMESTAMPTZ, DtOp::IvPlusTstz),
-                dt(&[INTERVAL, INTERVAL], &[INTERVAL, INTERVAL], INTERVAL, DtOp::IvPlusIv),
+                dt(
+                    &[TIMESTAMP, INTERVAL],
+                    &[TIMESTAMP, INTERVAL],
+                    TIMESTAMP,
+                    DtOp::TsPlusIv,
+                ),
+                dt(
+                    &[INTERVAL, TIMESTAMP],
+                    &[INTERVAL, TIMESTAMP],
+                    TIMESTAMP,
+                    DtOp::IvPlusTs,
+                ),
+                dt(
+                    &[TIMESTAMPTZ, INTERVAL],
+                    &[TIMESTAMPTZ, INTERVAL],
+                    TIMESTAMPTZ,
+                    DtOp::TstzPlusIv,
+                ),
+                dt(
+                    &[INTERVAL, TIMESTAMPTZ],
+                    &[INTERVAL, TIMESTAMPTZ],
+                    TIMESTAMPTZ,
+                    DtOp::IvPlusTstz,
+                ),
+                dt(
+                    &[INTERVAL, INTERVAL],
+                    &[INTERVAL, INTERVAL],
+                    INTERVAL,
+                    DtOp::IvPlusIv,
+                ),
             ]);
         }
         "-" => {
@@ -2799,40 +3445,100 @@ fn operator_sigs(op: &str) -> Vec<Sig> {
             out.extend([
                 dt(&[DATE, INT4], &[DATE, INT4], DATE, DtOp::DateMinusDays),
                 dt(&[DATE, DATE], &[DATE, DATE], INT4, DtOp::DateMinusDate),
-                dt(&[DATE, INTERVAL], &[TIMESTAMP, INTERVAL], TIMESTAMP, DtOp::TsMinusIv),
+                dt(
+                    &[DATE, INTERVAL],
+                    &[TIMESTAMP, INTERVAL],
+                    TIMESTAMP,
+                    DtOp::TsMinusIv,
+                ),
                 dt(&[TIME, TIME], &[TIME, TIME], INTERVAL, DtOp::TimeMinusTime),
-                dt(&[TIME, INTERVAL], &[TIME, INTERVAL], TIME, DtOp::TimeMinusIv),
-                dt(&[TIMESTAMP, TIMESTAMP], &[TIMESTAMP, TIMESTAMP], INTERVAL, DtOp::TsMinusTs),
-                dt(&[TIMESTAMP, INTERVAL], &[TIMESTAMP, INTERVAL], TIMESTAMP, DtOp::TsMinusIv),
+                dt(
+                    &[TIME, INTERVAL],
+                    &[TIME, INTERVAL],
+                    TIME,
+                    DtOp::TimeMinusIv,
+                ),
+                dt(
+                    &[TIMESTAMP, TIMESTAMP],
+                    &[TIMESTAMP, TIMESTAMP],
+                    INTERVAL,
+                    DtOp::TsMinusTs,
+                ),
+                dt(
+                    &[TIMESTAMP, INTERVAL],
+                    &[TIMESTAMP, INTERVAL],
+                    TIMESTAMP,
+                    DtOp::TsMinusIv,
+                ),
                 dt(
                     &[TIMESTAMPTZ, TIMESTAMPTZ],
                     &[TIMESTAMPTZ, TIMESTAMPTZ],
                     INTERVAL,
                     DtOp::TstzMinusTstz,
                 ),
-                dt(&[TIMESTAMPTZ, INTERVAL], &[TIMESTAMPTZ, INTERVAL], TIMESTAMPTZ, DtOp::TstzMinusIv),
-                dt(&[INTERVAL, INTERVAL], &[INTERVAL, INTERVAL], INTERVAL, DtOp::IvMinusIv),
+                dt(
+                    &[TIMESTAMPTZ, INTERVAL],
+                    &[TIMESTAMPTZ, INTERVAL],
+                    TIMESTAMPTZ,
+                    DtOp::TstzMinusIv,
+                ),
+                dt(
+                    &[INTERVAL, INTERVAL],
+                    &[INTERVAL, INTERVAL],
+                    INTERVAL,
+                    DtOp::IvMinusIv,
+                ),
             ]);
         }
         "*" => {
             arith_sigs(ArOp::Mul, &mut out);
             out.extend([
-                dt(&[INTERVAL, FLOAT8], &[INTERVAL, FLOAT8], INTERVAL, DtOp::IvMulF8),
-                dt(&[FLOAT8, INTERVAL], &[FLOAT8, INTERVAL], INTERVAL, DtOp::F8MulIv),
+                dt(
+                    &[INTERVAL, FLOAT8],
+                    &[INTERVAL, FLOAT8],
+                    INTERVAL,
+                    DtOp::IvMulF8,
+                ),
+                dt(
+                    &[FLOAT8, INTERVAL],
+                    &[FLOAT8, INTERVAL],
+                    INTERVAL,
+                    DtOp::F8MulIv,
+                ),
             ]);
         }
         "/" => {
             arith_sigs(ArOp::Div, &mut out);
-            out.push(dt(&[INTERVAL, FLOAT8], &[INTERVAL, FLOAT8], INTERVAL, DtOp::IvDivF8));
+            out.push(dt(
+                &[INTERVAL, FLOAT8],
+                &[INTERVAL, FLOAT8],
+                INTERVAL,
+                DtOp::IvDivF8,
+            ));
         }
         "%" => arith_sigs(ArOp::Mod, &mut out),
         "^" => arith_sigs(ArOp::Pow, &mut out),
         "=" | "<>" | "<" | "<=" | ">" | ">=" => {
-            let Some(cmp) = cmp_op_from_symbol(op) else { return out };
+            let Some(cmp) = cmp_op_from_symbol(op) else {
+                return out;
+            };
             let imp = Imp::Cmp(cmp);
             for t in [
-                BOOL, FLOAT4, FLOAT8, NUMERIC, TEXT, NAME, BPCHAR, BYTEA, DATE, TIME, TIMESTAMP,
-                TIMESTAMPTZ, INTERVAL, UUID, JSONB,
+                BOOL,
+                FLOAT4,
+                FLOAT8,
+                NUMERIC,
+                TEXT,
+                NAME,
+                BPCHAR,
+                BYTEA,
+                DATE,
+                TIME,
+                TIMESTAMP,
+                TIMESTAMPTZ,
+                INTERVAL,
+                UUID,
+                JSONB,
             ] {
                 out.push(Sig::new(&[t, t], BOOL, imp));
             }
@@ -2859,7 +3565,13 @@ fn operator_sigs(op: &str) -> Vec<Sig> {
     out
 }
 
-fn unary_sigs(op: &str) -> Vec<Sig> {
+/// Candidates of a prefix operator.
+fn unary_sigs(op: &str) -> &'static [Sig] {
+    static TABLE: std::sync::OnceLock<SigTable> = std::sync::OnceLock::new();
+    lookup_sigs(&TABLE, &["-", "+"], build_unary_sigs, op)
+}
+
+fn build_unary_sigs(op: &str) -> Vec<Sig> {
     let nums = [
         (INT2, Num::I2),
         (INT4, Num::I4),
@@ -2923,8 +3635,15 @@ impl SessionInfo for FoldSession {
 }
 
 fn eval_const(e: &TypedExpr, case: Option<&Value>) -> Result<Value, PgError> {
-    let session = FoldSession { text: TextContext::default() };
-    let mut env = EvalEnv { params: &[], row: &[], session: &session, sleep_us: 0 };
+    let session = FoldSession {
+        text: TextContext::default(),
+    };
+    let mut env = EvalEnv {
+        params: &[],
+        row: &[],
+        session: &session,
+        sleep_us: 0,
+    };
     e.ev(&mut env, case)
 }
 
@@ -2960,7 +3679,11 @@ fn cast_immutable(from: Type, to: Type) -> bool {
 fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
     let TypedExpr { ty, node, loc } = e;
     let rebuild = |node: Node| TypedExpr { ty, node, loc };
-    let konst = |v: Value| TypedExpr { ty, node: Node::Const(v), loc };
+    let konst = |v: Value| TypedExpr {
+        ty,
+        node: Node::Const(v),
+        loc,
+    };
     let all_const = |args: &[TypedExpr]| args.iter().all(TypedExpr::is_const);
     Ok(match node {
         Node::Const(_) | Node::Param(_) | Node::Column(_) => rebuild(node),
@@ -2976,13 +3699,22 @@ fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
                     return Ok(body);
                 }
                 // The body still refers to the value: keep the binding.
-                return Ok(rebuild(Node::Let { value: Box::new(value), body: Box::new(body) }));
+                return Ok(rebuild(Node::Let {
+                    value: Box::new(value),
+                    body: Box::new(body),
+                }));
             }
             let body = fold(*body, None)?;
-            rebuild(Node::Let { value: Box::new(value), body: Box::new(body) })
+            rebuild(Node::Let {
+                value: Box::new(value),
+                body: Box::new(body),
+            })
         }
         Node::Op { imp, args } => {
-            let args = args.into_iter().map(|a| fold(a, case)).collect::<Result<Vec<_>, _>>()?;
+            let args = args
+                .into_iter()
+                .map(|a| fold(a, case))
+                .collect::<Result<Vec<_>, _>>()?;
             let folded = rebuild(Node::Op { imp, args });
             if imp.immutable() {
                 if let Node::Op { args, .. } = &folded.node {
@@ -2996,7 +3728,10 @@ fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
         Node::Cast { arg, typmod } => {
             let arg = fold(*arg, case)?;
             let immutable = cast_immutable(arg.ty, ty);
-            let folded = rebuild(Node::Cast { arg: Box::new(arg), typmod });
+            let folded = rebuild(Node::Cast {
+                arg: Box::new(arg),
+                typmod,
+            });
             if immutable {
                 if let Node::Cast { arg, .. } = &folded.node {
                     if arg.is_const() {
@@ -3021,20 +3756,29 @@ fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
             if let Node::Const(v) = &arg.node {
                 return Ok(konst(Value::Bool(v.is_null() != negated)));
             }
-            rebuild(Node::IsNull { arg: Box::new(arg), negated })
+            rebuild(Node::IsNull {
+                arg: Box::new(arg),
+                negated,
+            })
         }
         Node::BoolTest { arg, test } => {
             let arg = fold(*arg, case)?;
             if let Node::Const(v) = &arg.node {
                 return Ok(konst(bool_test(test, v)));
             }
-            rebuild(Node::BoolTest { arg: Box::new(arg), test })
+            rebuild(Node::BoolTest {
+                arg: Box::new(arg),
+                test,
+            })
         }
         Node::Distinct { args, negated } => {
             let [a, b] = *args;
             let a = fold(a, case)?;
             let b = fold(b, case)?;
-            let folded = rebuild(Node::Distinct { args: Box::new([a, b]), negated });
+            let folded = rebuild(Node::Distinct {
+                args: Box::new([a, b]),
+                negated,
+            });
             if let Node::Distinct { args, .. } = &folded.node {
                 if all_const(&args[..]) && !involves_tz(&args[0]) {
                     return Ok(konst(eval_const(&folded, case)?));
@@ -3063,7 +3807,10 @@ fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
             if kept.is_empty() {
                 return Ok(otherwise);
             }
-            rebuild(Node::Case { whens: kept, otherwise: Box::new(otherwise) })
+            rebuild(Node::Case {
+                whens: kept,
+                otherwise: Box::new(otherwise),
+            })
         }
         Node::Coalesce(args) => {
             let mut kept = Vec::with_capacity(args.len());
@@ -3085,7 +3832,10 @@ fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
             }
         }
         Node::MinMax { greatest, args } => {
-            let args = args.into_iter().map(|a| fold(a, case)).collect::<Result<Vec<_>, _>>()?;
+            let args = args
+                .into_iter()
+                .map(|a| fold(a, case))
+                .collect::<Result<Vec<_>, _>>()?;
             let folded = rebuild(Node::MinMax { greatest, args });
             if let Node::MinMax { args, .. } = &folded.node {
                 if all_const(args) && ty.scalar != Scalar::Timestamptz {
@@ -3095,7 +3845,10 @@ fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
             folded
         }
         Node::Array(args) => {
-            let args = args.into_iter().map(|a| fold(a, case)).collect::<Result<Vec<_>, _>>()?;
+            let args = args
+                .into_iter()
+                .map(|a| fold(a, case))
+                .collect::<Result<Vec<_>, _>>()?;
             if all_const(&args) {
                 let vals = args
                     .into_iter()
@@ -3112,7 +3865,11 @@ fn fold(e: TypedExpr, case: Option<&Value>) -> Result<TypedExpr, PgError> {
             let [a, b] = *args;
             let a = fold(a, case)?;
             let b = fold(b, case)?;
-            let folded = rebuild(Node::AnyAll { op, all, args: Box::new([a, b]) });
+            let folded = rebuild(Node::AnyAll {
+                op,
+                all,
+                args: Box::new([a, b]),
+            });
             if let Node::AnyAll { args, .. } = &folded.node {
                 if all_const(&args[..]) {
                     return Ok(konst(eval_const(&folded, case)?));
@@ -3137,20 +3894,30 @@ fn fold_and_or(
     case: Option<&Value>,
 ) -> Result<TypedExpr, PgError> {
     let decisive = !is_and;
-    let konst = |v: Value| TypedExpr { ty, node: Node::Const(v), loc };
+    let konst = |v: Value| TypedExpr {
+        ty,
+        node: Node::Const(v),
+        loc,
+    };
     let mut kept = Vec::with_capacity(args.len());
     let mut saw_null = false;
     for a in args {
         let a = fold(a, case)?;
         match &a.node {
-            Node::Const(Value::Bool(b)) if *b == decisive => return Ok(konst(Value::Bool(decisive))),
+            Node::Const(Value::Bool(b)) if *b == decisive => {
+                return Ok(konst(Value::Bool(decisive)))
+            }
             Node::Const(Value::Bool(_)) => {}
             Node::Const(_) => saw_null = true,
             _ => kept.push(a),
         }
     }
     if kept.is_empty() {
-        return Ok(konst(if saw_null { Value::Null } else { Value::Bool(!decisive) }));
+        return Ok(konst(if saw_null {
+            Value::Null
+        } else {
+            Value::Bool(!decisive)
+        }));
     }
     if saw_null {
         kept.push(konst(Value::Null));
@@ -3158,7 +3925,11 @@ fn fold_and_or(
     if kept.len() == 1 {
         return Ok(kept.pop().unwrap_or_else(|| konst(Value::Null)));
     }
-    let node = if is_and { Node::And(kept) } else { Node::Or(kept) };
+    let node = if is_and {
+        Node::And(kept)
+    } else {
+        Node::Or(kept)
+    };
     Ok(TypedExpr { ty, node, loc })
 }
 
@@ -3168,12 +3939,12 @@ fn bool_test(test: BoolTest, v: &Value) -> Value {
         _ => None,
     };
     Value::Bool(match test {
-        BoolTest::IsTrue => b == Some(true),
-        BoolTest::IsNotTrue => b != Some(true),
-        BoolTest::IsFalse => b == Some(false),
-        BoolTest::IsNotFalse => b != Some(false),
-        BoolTest::IsUnknown => b.is_none(),
-        BoolTest::IsNotUnknown => b.is_some(),
+        BoolTest::True => b == Some(true),
+        BoolTest::NotTrue => b != Some(true),
+        BoolTest::False => b == Some(false),
+        BoolTest::NotFalse => b != Some(false),
+        BoolTest::Unknown => b.is_none(),
+        BoolTest::NotUnknown => b.is_some(),
     })
 }
 
@@ -3191,10 +3962,14 @@ impl TypedExpr {
                     format!("no value supplied for parameter ${}", i + 1),
                 )
             }),
-            Node::Column(i) => {
-                env.row.get(*i).cloned().ok_or_else(|| internal("column index past the row"))
-            }
-            Node::CaseTest => case.cloned().ok_or_else(|| internal("CaseTest outside Let")),
+            Node::Column(i) => env
+                .row
+                .get(*i)
+                .cloned()
+                .ok_or_else(|| internal("column index past the row")),
+            Node::CaseTest => case
+                .cloned()
+                .ok_or_else(|| internal("CaseTest outside Let")),
             Node::Let { value, body } => {
                 let v = value.ev(env, case)?;
                 body.ev(env, Some(&v))
@@ -3218,7 +3993,11 @@ impl TypedExpr {
                         _ => saw_null = true,
                     }
                 }
-                Ok(if saw_null { Value::Null } else { Value::Bool(!decisive) })
+                Ok(if saw_null {
+                    Value::Null
+                } else {
+                    Value::Bool(!decisive)
+                })
             }
             Node::IsNull { arg, negated } => {
                 let v = arg.ev(env, case)?;
@@ -3281,7 +4060,9 @@ impl TypedExpr {
             Node::AnyAll { op, all, args } => {
                 let l = args[0].ev(env, case)?;
                 let r = args[1].ev(env, case)?;
-                let Value::Array(elems) = r else { return Ok(Value::Null) };
+                let Value::Array(elems) = r else {
+                    return Ok(Value::Null);
+                };
                 if elems.is_empty() {
                     return Ok(Value::Bool(*all));
                 }
@@ -3300,11 +4081,19 @@ impl TypedExpr {
                         return Ok(Value::Bool(!*all));
                     }
                 }
-                Ok(if saw_null { Value::Null } else { Value::Bool(*all) })
+                Ok(if saw_null {
+                    Value::Null
+                } else {
+                    Value::Bool(*all)
+                })
             }
         }
     }
 }
+
+/// Arguments of an operator or function call evaluated without heap allocation for the
+/// common arities.
+const INLINE_ARGS: usize = 4;
 
 fn eval_op(
     imp: Imp,
@@ -3312,56 +4101,56 @@ fn eval_op(
     env: &mut EvalEnv,
     case: Option<&Value>,
 ) -> Result<Value, PgError> {
-    let mut vals = Vec::with_capacity(args.len());
-    for a in args {
-        vals.push(a.ev(env, case)?);
-    }
+    let mut inline: [Value; INLINE_ARGS] = std::array::from_fn(|_| Value::Null);
+    let mut spilled = Vec::new();
+    let vals: &mut [Value] = if args.len() <= INLINE_ARGS {
+        for (slot, a) in inline.iter_mut().zip(args) {
+            *slot = a.ev(env, case)?;
+        }
+        &mut inline[..args.len()]
+    } else {
+        for a in args {
+            spilled.push(a.ev(env, case)?);
+        }
+        &mut spilled
+    };
     if imp.strict() && vals.iter().any(Value::is_null) {
         return Ok(Value::Null);
     }
+    let take = |v: &mut Value| std::mem::replace(v, Value::Null);
     match imp {
         Imp::Arith(op, n) => arith(op, n, &vals[0], &vals[1]),
         Imp::Neg(n) => negate(n, &vals[0]),
-        Imp::Identity => Ok(vals.swap_remove(0)),
-        Imp::Cmp(op) => Ok(Value::Bool(op.holds(cmp_values(&vals[0], &vals[1], args[0].ty)?))),
-        Imp::Dt(op) => func::datetime_op(op, &vals, env.session.text_context()),
-        Imp::TextCat => {
-            let b = vals.pop();
-            let a = vals.pop();
-            match (a, b) {
-                (Some(Value::Text(mut a)), Some(Value::Text(b))) => {
-                    a.push_str(&b);
-                    Ok(Value::Text(a))
-                }
-                _ => Err(internal("|| on non-text")),
+        Imp::Identity => Ok(take(&mut vals[0])),
+        Imp::Cmp(op) => Ok(Value::Bool(
+            op.holds(cmp_values(&vals[0], &vals[1], args[0].ty)?),
+        )),
+        Imp::Dt(op) => func::datetime_op(op, vals, env.session.text_context()),
+        Imp::TextCat => match (take(&mut vals[0]), &vals[1]) {
+            (Value::Text(mut a), Value::Text(b)) => {
+                a.push_str(b);
+                Ok(Value::Text(a))
             }
-        }
-        Imp::ByteaCat => {
-            let b = vals.pop();
-            let a = vals.pop();
-            match (a, b) {
-                (Some(Value::Bytea(mut a)), Some(Value::Bytea(b))) => {
-                    a.extend_from_slice(&b);
-                    Ok(Value::Bytea(a))
-                }
-                _ => Err(internal("|| on non-bytea")),
+            _ => Err(internal("|| on non-text")),
+        },
+        Imp::ByteaCat => match (take(&mut vals[0]), &vals[1]) {
+            (Value::Bytea(mut a), Value::Bytea(b)) => {
+                a.extend_from_slice(b);
+                Ok(Value::Bytea(a))
             }
-        }
-        Imp::ArrayCat => {
-            let b = vals.pop().unwrap_or(Value::Null);
-            let a = vals.pop().unwrap_or(Value::Null);
-            Ok(match (a, b) {
-                (Value::Array(mut a), Value::Array(b)) => {
-                    a.extend(b);
-                    Value::Array(a)
-                }
-                (Value::Null, b) => b,
-                (a, _) => a,
-            })
-        }
+            _ => Err(internal("|| on non-bytea")),
+        },
+        Imp::ArrayCat => Ok(match (take(&mut vals[0]), take(&mut vals[1])) {
+            (Value::Array(mut a), Value::Array(b)) => {
+                a.extend(b);
+                Value::Array(a)
+            }
+            (Value::Null, b) => b,
+            (a, _) => a,
+        }),
         Imp::ArrayAppend => {
-            let e = vals.pop().unwrap_or(Value::Null);
-            match vals.pop().unwrap_or(Value::Null) {
+            let e = take(&mut vals[1]);
+            match take(&mut vals[0]) {
                 Value::Array(mut a) => {
                     a.push(e);
                     Ok(Value::Array(a))
@@ -3370,9 +4159,8 @@ fn eval_op(
             }
         }
         Imp::ArrayPrepend => {
-            let arr = vals.pop().unwrap_or(Value::Null);
-            let e = vals.pop().unwrap_or(Value::Null);
-            match arr {
+            let e = take(&mut vals[0]);
+            match take(&mut vals[1]) {
                 Value::Array(mut a) => {
                     a.insert(0, e);
                     Ok(Value::Array(a))
@@ -3380,7 +4168,10 @@ fn eval_op(
                 _ => Ok(Value::Array(vec![e])),
             }
         }
-        Imp::Like { case_insensitive, negated } => {
+        Imp::Like {
+            case_insensitive,
+            negated,
+        } => {
             let matched = match (&vals[0], &vals[1]) {
                 (Value::Text(s), Value::Text(p)) => func::like(s, p, case_insensitive),
                 (Value::Bytea(s), Value::Bytea(p)) => func::like_bytes(s, p),
@@ -3388,10 +4179,7 @@ fn eval_op(
             };
             Ok(Value::Bool(matched != negated))
         }
-        Imp::Func(f) => {
-            let types: Vec<Type> = args.iter().map(|a| a.ty).collect();
-            func::call(f, vals, &types, env)
-        }
+        Imp::Func(f) => func::call(f, vals, args, env),
     }
 }
 
@@ -3426,7 +4214,9 @@ pub(crate) fn cmp_values(a: &Value, b: &Value, ty: Type) -> Result<Ordering, PgE
         (V::Numeric(x), V::Numeric(y)) => x.cmp(y),
         (V::Text(x), V::Text(y)) => {
             if ty.scalar == Scalar::Bpchar {
-                x.trim_end_matches(' ').as_bytes().cmp(y.trim_end_matches(' ').as_bytes())
+                x.trim_end_matches(' ')
+                    .as_bytes()
+                    .cmp(y.trim_end_matches(' ').as_bytes())
             } else {
                 x.as_bytes().cmp(y.as_bytes())
             }
@@ -3438,7 +4228,10 @@ pub(crate) fn cmp_values(a: &Value, b: &Value, ty: Type) -> Result<Ordering, PgE
         (V::Interval(x), V::Interval(y)) => interval_span(x).cmp(&interval_span(y)),
         (V::Uuid(x), V::Uuid(y)) => x.cmp(y),
         (V::Array(x), V::Array(y)) => {
-            let elem = Type { scalar: ty.scalar, array: false };
+            let elem = Type {
+                scalar: ty.scalar,
+                array: false,
+            };
             for (p, q) in x.iter().zip(y) {
                 let o = match (p.is_null(), q.is_null()) {
                     (true, true) => Ordering::Equal,
@@ -3460,8 +4253,12 @@ pub(crate) fn cmp_values(a: &Value, b: &Value, ty: Type) -> Result<Ordering, PgE
 
 fn int_result(v: i64, n: Num) -> Result<Value, PgError> {
     match n {
-        Num::I2 => i16::try_from(v).map(Value::Int2).map_err(|_| out_of_range(INT2)),
-        Num::I4 => i32::try_from(v).map(Value::Int4).map_err(|_| out_of_range(INT4)),
+        Num::I2 => i16::try_from(v)
+            .map(Value::Int2)
+            .map_err(|_| out_of_range(INT2)),
+        Num::I4 => i32::try_from(v)
+            .map(Value::Int4)
+            .map_err(|_| out_of_range(INT4)),
         _ => Ok(Value::Int8(v)),
     }
 }
@@ -3585,9 +4382,15 @@ fn arith(op: ArOp, n: Num, a: &Value, b: &Value) -> Result<Value, PgError> {
 
 fn negate(n: Num, v: &Value) -> Result<Value, PgError> {
     Ok(match (n, v) {
-        (Num::I2, Value::Int2(x)) => Value::Int2(x.checked_neg().ok_or_else(|| out_of_range(INT2))?),
-        (Num::I4, Value::Int4(x)) => Value::Int4(x.checked_neg().ok_or_else(|| out_of_range(INT4))?),
-        (Num::I8, Value::Int8(x)) => Value::Int8(x.checked_neg().ok_or_else(|| out_of_range(INT8))?),
+        (Num::I2, Value::Int2(x)) => {
+            Value::Int2(x.checked_neg().ok_or_else(|| out_of_range(INT2))?)
+        }
+        (Num::I4, Value::Int4(x)) => {
+            Value::Int4(x.checked_neg().ok_or_else(|| out_of_range(INT4))?)
+        }
+        (Num::I8, Value::Int8(x)) => {
+            Value::Int8(x.checked_neg().ok_or_else(|| out_of_range(INT8))?)
+        }
         (Num::F4, Value::Float4(x)) => Value::Float4(-x),
         (Num::F8, Value::Float8(x)) => Value::Float8(-x),
         (Num::N, Value::Numeric(x)) => Value::Numeric(x.neg()),
@@ -3622,8 +4425,16 @@ pub(crate) fn cast_value(
         return apply_typmod(v, to, typmod, true);
     }
     let v = if from.array && to.array {
-        let (ef, et) = (Type { array: false, ..from }, Type { array: false, ..to });
-        let Value::Array(elems) = v else { return Err(internal("array cast of non-array")) };
+        let (ef, et) = (
+            Type {
+                array: false,
+                ..from
+            },
+            Type { array: false, ..to },
+        );
+        let Value::Array(elems) = v else {
+            return Err(internal("array cast of non-array"));
+        };
         let mut out = Vec::with_capacity(elems.len());
         for e in elems {
             out.push(cast_value(e, ef, et, Typmod::None, tctx)?);
@@ -3639,7 +4450,9 @@ fn cast_scalar(v: Value, from: Type, to: Type, tctx: &TextContext) -> Result<Val
     use Scalar::*;
     if is_string(to) {
         let s = match v {
-            Value::Text(s) if is_string(from) || from == UNKNOWN || from == JSON || from == JSONB => {
+            Value::Text(s)
+                if is_string(from) || from == UNKNOWN || from == JSON || from == JSONB =>
+            {
                 if from.scalar == Bpchar && to.scalar != Bpchar {
                     s.trim_end_matches(' ').to_string()
                 } else {
@@ -3650,19 +4463,26 @@ fn cast_scalar(v: Value, from: Type, to: Type, tctx: &TextContext) -> Result<Val
             Value::Bool(b) => (if b { "true" } else { "false" }).to_string(),
             other => text_out(&other, from, tctx),
         };
-        return Ok(Value::Text(if to.scalar == Name { truncate_name(s) } else { s }));
+        return Ok(Value::Text(if to.scalar == Name {
+            truncate_name(s)
+        } else {
+            s
+        }));
     }
     if is_string(from) || from == UNKNOWN {
-        let Value::Text(s) = &v else { return Err(internal("string cast of non-text")) };
+        let Value::Text(s) = &v else {
+            return Err(internal("string cast of non-text"));
+        };
         return text_in(to, s, tctx);
     }
     if from.array || to.array {
         return Err(internal("array/scalar cast"));
     }
     match (from.scalar, to.scalar) {
-        (Int2 | Int4 | Int8 | Float4 | Float8 | Numeric, Int2 | Int4 | Int8 | Float4 | Float8 | Numeric) => {
-            numeric_cast(v, to)
-        }
+        (
+            Int2 | Int4 | Int8 | Float4 | Float8 | Numeric,
+            Int2 | Int4 | Int8 | Float4 | Float8 | Numeric,
+        ) => numeric_cast(v, to),
         (Int4, Bool) => match v {
             Value::Int4(x) => Ok(Value::Bool(x != 0)),
             _ => Err(internal("int4 -> bool")),
@@ -3671,7 +4491,9 @@ fn cast_scalar(v: Value, from: Type, to: Type, tctx: &TextContext) -> Result<Val
             Value::Bool(b) => Ok(Value::Int4(b as i32)),
             _ => Err(internal("bool -> int4")),
         },
-        (Date | Time | Timestamp | Timestamptz | Interval, _) => func::datetime_cast(v, from, to, tctx),
+        (Date | Time | Timestamp | Timestamptz | Interval, _) => {
+            func::datetime_cast(v, from, to, tctx)
+        }
         // json <-> jsonb and jsonb -> scalar go through the text form.
         _ => {
             let s = text_out(&v, from, tctx);
@@ -3746,8 +4568,32 @@ fn numeric_cast(v: Value, to: Type) -> Result<Value, PgError> {
             }
         }
         Value::Numeric(n) => match to.scalar {
-            Scalar::Float4 => Ok(Value::Float4(n.to_f64() as f32)),
-            Scalar::Float8 => Ok(Value::Float8(n.to_f64())),
+            Scalar::Float4 | Scalar::Float8 => {
+                // float8in / float4in of the numeric's text: out of range either way.
+                let f = n.to_f64();
+                let f4 = f as f32;
+                let (inf, zero, name) = if to.scalar == Scalar::Float4 {
+                    (f4.is_infinite(), f4 == 0.0, "real")
+                } else {
+                    (f.is_infinite(), f == 0.0, "double precision")
+                };
+                if n.is_finite() && (inf || (zero && !n.is_zero())) {
+                    let mut text = Vec::new();
+                    n.write_text(&mut text);
+                    return Err(PgError::new(
+                        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                        format!(
+                            "\"{}\" is out of range for type {name}",
+                            String::from_utf8_lossy(&text)
+                        ),
+                    ));
+                }
+                Ok(if to.scalar == Scalar::Float4 {
+                    Value::Float4(f4)
+                } else {
+                    Value::Float8(f)
+                })
+            }
             Scalar::Numeric => Ok(Value::Numeric(n)),
             _ => {
                 let int_name = match to.scalar {
@@ -3821,9 +4667,9 @@ fn apply_typmod(v: Value, ty: Type, typmod: Typmod, explicit: bool) -> Result<Va
             out.extend(std::iter::repeat_n(' ', n as usize - len));
             Ok(Value::Text(out))
         }
-        (Typmod::Numeric { precision, scale }, Value::Numeric(n)) => {
-            n.apply_typmod(precision as i32, scale as i32).map(Value::Numeric)
-        }
+        (Typmod::Numeric { precision, scale }, Value::Numeric(n)) => n
+            .apply_typmod(precision as i32, scale as i32)
+            .map(Value::Numeric),
         (_, v) => Ok(v),
     }
 }
@@ -3841,7 +4687,8 @@ mod tests {
 
     impl SessionInfo for Session {
         fn current_setting(&self, name: &str) -> Option<String> {
-            name.eq_ignore_ascii_case("datestyle").then(|| "ISO, MDY".to_string())
+            name.eq_ignore_ascii_case("datestyle")
+                .then(|| "ISO, MDY".to_string())
         }
         fn text_context(&self) -> &TextContext {
             &self.text
@@ -3871,7 +4718,9 @@ mod tests {
 
     fn expr(sql: &str) -> ast::Expr {
         let q = query(&format!("select {sql}"));
-        let ast::SetExpr::Select(s) = *q.body else { panic!("not a select") };
+        let ast::SetExpr::Select(s) = *q.body else {
+            panic!("not a select")
+        };
         match s.projection.into_iter().next() {
             Some(ast::SelectItem::UnnamedExpr(e)) => e,
             Some(ast::SelectItem::ExprWithAlias { expr, .. }) => expr,
@@ -3880,13 +4729,24 @@ mod tests {
     }
 
     /// Plans `select <sql>` and returns (column types, one row as text, sleep requested).
-    fn run_with(sql: &str, params: &mut Vec<Type>, values: &[Value]) -> Result<Vec<(Type, Option<String>)>, PgError> {
+    fn run_with(
+        sql: &str,
+        params: &mut Vec<Type>,
+        values: &[Value],
+    ) -> Result<Vec<(Type, Option<String>)>, PgError> {
         let full = format!("select {sql}");
         let q = query(&full);
         let mut ctx = PlanCtx::new(params, &full);
         let plan = plan_const_select(&q, &mut ctx)?;
-        let session = Session { text: TextContext::default() };
-        let mut env = EvalEnv { params: values, row: &[], session: &session, sleep_us: 0 };
+        let session = Session {
+            text: TextContext::default(),
+        };
+        let mut env = EvalEnv {
+            params: values,
+            row: &[],
+            session: &session,
+            sleep_us: 0,
+        };
         let mut out = Vec::new();
         let types: Vec<Type> = plan.columns.iter().map(|c| c.1).collect();
         plan.eval_rows(&mut env, &mut |row| {
@@ -3974,9 +4834,18 @@ mod tests {
         assert_eq!(ty("1::int2 + 1::int4"), INT4);
         assert_eq!(ty("1::int4 + 1::int8"), INT8);
         let e = err("2147483647 + 1");
-        assert_eq!((e.code, e.message.as_ref()), (SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "integer out of range"));
-        assert_eq!(err("32767::int2 + 1::int2").message, "smallint out of range");
-        assert_eq!(err("9223372036854775807 + 1").message, "bigint out of range");
+        assert_eq!(
+            (e.code, e.message.as_ref()),
+            (SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "integer out of range")
+        );
+        assert_eq!(
+            err("32767::int2 + 1::int2").message,
+            "smallint out of range"
+        );
+        assert_eq!(
+            err("9223372036854775807 + 1").message,
+            "bigint out of range"
+        );
         assert_eq!(code("-2147483648 / -1"), "22003");
         assert_eq!(code("1 / 0"), "22012");
         assert_eq!(code("1 % 0"), "22012");
@@ -4041,7 +4910,10 @@ mod tests {
         assert_eq!(v("null is not distinct from null"), "t");
         assert_eq!(v("1 is null"), "f");
         assert_eq!(code("1 and true"), "42804");
-        assert_eq!(err("1 and true").message, "argument of AND must be type boolean, not type integer");
+        assert_eq!(
+            err("1 and true").message,
+            "argument of AND must be type boolean, not type integer"
+        );
         assert_eq!(code("not 1"), "42804");
         // Constant folding short-circuits like PostgreSQL's planner.
         assert_eq!(v("false and 1/0 = 1"), "f");
@@ -4058,7 +4930,10 @@ mod tests {
         assert_eq!(val("1 not in (2, null)"), None);
         assert_eq!(v("1 not in (2, 3)"), "t");
         assert_eq!(v("1.5 in (1, 1.5)"), "t");
-        assert_eq!(err("1 not in (1, 'a'::text)").message, "operator does not exist: integer <> text");
+        assert_eq!(
+            err("1 not in (1, 'a'::text)").message,
+            "operator does not exist: integer <> text"
+        );
         assert_eq!(v("1 = any(array[1,2])"), "t");
         assert_eq!(val("2 = any(array[1,null])"), None);
         assert_eq!(v("1 = all(array[]::int[])"), "t");
@@ -4081,7 +4956,10 @@ mod tests {
         assert_eq!(v("'aa' like '%a%a%a%'"), "f");
         assert_eq!(val("null like 'a'"), None);
         assert_eq!(code("'a' like 'a' escape 'xy'"), "22025");
-        assert_eq!(err("1 like 'a'").message, "operator does not exist: integer ~~ unknown");
+        assert_eq!(
+            err("1 like 'a'").message,
+            "operator does not exist: integer ~~ unknown"
+        );
     }
 
     #[test]
@@ -4089,15 +4967,27 @@ mod tests {
         assert_eq!(v("case when 1 > 0 then 'pos' else 'neg' end"), "pos");
         assert_eq!(v("case 2 when 1 then 'one' when 2 then 'two' end"), "two");
         assert_eq!(val("case 3 when 1 then 'one' end"), None);
-        assert_eq!((ty("case when true then 1 else 1.5 end"), v("case when true then 1 else 1.5 end")), (NUMERIC, "1".to_string()));
-        assert_eq!(err("case when true then 1 else 'a'::text end").message, "CASE types text and integer cannot be matched");
+        assert_eq!(
+            (
+                ty("case when true then 1 else 1.5 end"),
+                v("case when true then 1 else 1.5 end")
+            ),
+            (NUMERIC, "1".to_string())
+        );
+        assert_eq!(
+            err("case when true then 1 else 'a'::text end").message,
+            "CASE types text and integer cannot be matched"
+        );
         assert_eq!(code("case when 1 then 2 end"), "42804");
         assert_eq!(v("case when false then 1/0 else 0 end"), "0");
         assert_eq!(v("coalesce(null, 1, 2)"), "1");
         assert_eq!(v("coalesce(1, 1/0)"), "1");
         assert_eq!(ty("coalesce(null::int, 1.5)"), NUMERIC);
         assert_eq!(val("nullif(1, 1)"), None);
-        assert_eq!((ty("nullif(1, 1.5)"), v("nullif(1, 1.5)")), (NUMERIC, "1".to_string()));
+        assert_eq!(
+            (ty("nullif(1, 1.5)"), v("nullif(1, 1.5)")),
+            (NUMERIC, "1".to_string())
+        );
         assert_eq!(ty("nullif(null, 1)"), INT4);
         assert_eq!(v("greatest(1, 2.5, null)"), "2.5");
         assert_eq!(v("least('b', 'a')"), "a");
@@ -4134,17 +5024,32 @@ mod tests {
     #[test]
     fn dates_and_intervals() {
         assert_eq!(v("date '2024-01-31' + 1"), "2024-02-01");
-        assert_eq!((ty("date '2024-03-01' - date '2024-01-01'"), v("date '2024-03-01' - date '2024-01-01'")), (INT4, "60".to_string()));
-        assert_eq!(v("date '2024-01-31' + interval '1 month'"), "2024-02-29 00:00:00");
+        assert_eq!(
+            (
+                ty("date '2024-03-01' - date '2024-01-01'"),
+                v("date '2024-03-01' - date '2024-01-01'")
+            ),
+            (INT4, "60".to_string())
+        );
+        assert_eq!(
+            v("date '2024-01-31' + interval '1 month'"),
+            "2024-02-29 00:00:00"
+        );
         assert_eq!(ty("date '2024-01-31' + interval '1 month'"), TIMESTAMP);
-        assert_eq!(v("timestamp '2024-01-02 03:00' - timestamp '2024-01-01'"), "1 day 03:00:00");
+        assert_eq!(
+            v("timestamp '2024-01-02 03:00' - timestamp '2024-01-01'"),
+            "1 day 03:00:00"
+        );
         assert_eq!(v("interval '1 day' * 1.5"), "1 day 12:00:00");
         assert_eq!(v("interval '1 month' / 2"), "15 days");
         assert_eq!(v("time '23:00' + interval '2 hours'"), "01:00:00");
         assert_eq!(code("date '2024-01-01' - date 'infinity'"), "22008");
         assert_eq!(code("interval '1 day' / 0"), "22012");
         assert_eq!(v("extract(year from date '2024-03-05')"), "2024");
-        assert_eq!(v("extract(second from timestamp '2024-03-05 10:11:12.5')"), "12.500000");
+        assert_eq!(
+            v("extract(second from timestamp '2024-03-05 10:11:12.5')"),
+            "12.500000"
+        );
     }
 
     #[test]
@@ -4174,7 +5079,13 @@ mod tests {
         assert_eq!(v("current_setting('DateStyle')"), "ISO, MDY");
         assert_eq!(val("current_setting('nope', true)"), None);
         let e = err("current_setting('nope')");
-        assert_eq!((e.code, e.message.as_ref()), (SqlState::UNDEFINED_OBJECT, "unrecognized configuration parameter \"nope\""));
+        assert_eq!(
+            (e.code, e.message.as_ref()),
+            (
+                SqlState::UNDEFINED_OBJECT,
+                "unrecognized configuration parameter \"nope\""
+            )
+        );
         assert_eq!(v("now()"), "2024-01-02 03:04:05+00");
         assert_eq!(v("current_date"), "2024-01-02");
         assert_eq!(v("length('héllo')"), "5");
@@ -4206,8 +5117,15 @@ mod tests {
         let mut ctx = PlanCtx::new(&mut params, full);
         let plan = plan_const_select(&q, &mut ctx).expect("plans");
         assert_eq!(plan.columns[0], ("pg_sleep".to_string(), VOID));
-        let session = Session { text: TextContext::default() };
-        let mut env = EvalEnv { params: &[], row: &[], session: &session, sleep_us: 0 };
+        let session = Session {
+            text: TextContext::default(),
+        };
+        let mut env = EvalEnv {
+            params: &[],
+            row: &[],
+            session: &session,
+            sleep_us: 0,
+        };
         let n = plan.eval_rows(&mut env, &mut |row| {
             assert_eq!(row[0], Value::Text(String::new()));
             Ok(())
@@ -4219,7 +5137,12 @@ mod tests {
     #[test]
     fn parameter_type_inference() {
         let mut params = Vec::new();
-        assert_eq!(run_with("$1 + 1", &mut params, &[Value::Int4(41)]).expect("runs")[0].1.as_deref(), Some("42"));
+        assert_eq!(
+            run_with("$1 + 1", &mut params, &[Value::Int4(41)]).expect("runs")[0]
+                .1
+                .as_deref(),
+            Some("42")
+        );
         assert_eq!(params, vec![INT4]);
 
         let mut params = vec![UNKNOWN];
@@ -4230,23 +5153,51 @@ mod tests {
         run_with("$1", &mut params, &[Value::Text("x".into())]).expect("runs");
         assert_eq!(params, vec![TEXT]);
 
-        // Declared types are kept; `$3` grows the list and the gap becomes text.
-        let mut params = vec![INT8];
-        let r = run_with("$1 = 5, $3 || 'x'", &mut params, &[Value::Int8(5), Value::Null, Value::Text("a".into())])
-            .expect("runs");
-        assert_eq!(params, vec![INT8, TEXT, TEXT]);
+        // Declared types are kept; `$3` grows the list.
+        let mut params = vec![INT8, UNKNOWN];
+        let r = run_with(
+            "$1 = 5, $3 || 'x', $2::int",
+            &mut params,
+            &[Value::Int8(5), Value::Int4(2), Value::Text("a".into())],
+        )
+        .expect("runs");
+        assert_eq!(params, vec![INT8, INT4, TEXT]);
         assert_eq!(r[0].1.as_deref(), Some("t"));
         assert_eq!(r[1].1.as_deref(), Some("ax"));
 
-        // A parameter seen unknown first takes the type inferred later.
+        // Like PostgreSQL, a parameter nothing constrains is an error, and so is a gap.
+        let e = run_with("$1 is null", &mut Vec::new(), &[Value::Null]).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_ref()),
+            (
+                SqlState::INDETERMINATE_DATATYPE,
+                "could not determine data type of parameter $1"
+            )
+        );
+        let e = run_with("$2::int", &mut Vec::new(), &[]).unwrap_err();
+        assert_eq!(e.code, SqlState::INDETERMINATE_DATATYPE);
+
+        // A parameter planned unknown and typed later: elsewhere it takes the type; as a bare
+        // select item PostgreSQL reports the conflict with text.
         let mut params = Vec::new();
-        let r = run_with("$1, $1 + 1.5", &mut params, &[Value::Numeric(Numeric::from_i64(1))]).expect("runs");
+        let r = run_with(
+            "$1 is null, $1 + 1.5",
+            &mut params,
+            &[Value::Numeric(Numeric::from_i64(1))],
+        )
+        .expect("runs");
         assert_eq!(params, vec![NUMERIC]);
-        assert_eq!(r[0].0, NUMERIC);
+        assert_eq!(r[0].1.as_deref(), Some("f"));
+        let e = run_with("$1, $1 + 1.5", &mut Vec::new(), &[]).unwrap_err();
+        assert_eq!(e.code, SqlState(*b"42P08"));
 
         let mut params = Vec::new();
-        run_with("$1 like 'a%', $2 = any(array[1,2])", &mut params, &[Value::Text("a".into()), Value::Int4(1)])
-            .expect("runs");
+        run_with(
+            "$1 like 'a%', $2 = any(array[1,2])",
+            &mut params,
+            &[Value::Text("a".into()), Value::Int4(1)],
+        )
+        .expect("runs");
         assert_eq!(params, vec![TEXT, INT4]);
     }
 
@@ -4289,20 +5240,55 @@ mod tests {
         let names: Vec<&str> = p.columns.iter().map(|c| c.0.as_str()).collect();
         assert_eq!(names, ["a", "B", "c"]);
         let p = plan("values (1, 'a'), (2.5, null)").expect("plans");
-        assert_eq!(p.columns, vec![("column1".to_string(), NUMERIC), ("column2".to_string(), TEXT)]);
-        assert_eq!(plan("values (1), ('a'::text)").unwrap_err().code, SqlState::DATATYPE_MISMATCH);
-        assert_eq!(plan("values (1, 2), (3)").unwrap_err().code, SqlState::SYNTAX_ERROR);
+        assert_eq!(
+            p.columns,
+            vec![
+                ("column1".to_string(), NUMERIC),
+                ("column2".to_string(), TEXT)
+            ]
+        );
+        assert_eq!(
+            plan("values (1), ('a'::text)").unwrap_err().code,
+            SqlState::DATATYPE_MISMATCH
+        );
+        assert_eq!(
+            plan("values (1, 2), (3)").unwrap_err().code,
+            SqlState::SYNTAX_ERROR
+        );
         assert_eq!(plan("select *").unwrap_err().code, SqlState::SYNTAX_ERROR);
         let e = plan("select x").unwrap_err();
-        assert_eq!((e.code, e.message.as_ref(), e.position), (SqlState::UNDEFINED_COLUMN, "column \"x\" does not exist", Some(8)));
-        assert_eq!(plan("select 1/0 where false").unwrap_err().code, SqlState::DIVISION_BY_ZERO);
-        assert_eq!(plan("select 1 where 1").unwrap_err().code, SqlState::DATATYPE_MISMATCH);
-        assert_eq!(plan("select 1 from t").unwrap_err().code, SqlState::FEATURE_NOT_SUPPORTED);
+        assert_eq!(
+            (e.code, e.message.as_ref(), e.position),
+            (
+                SqlState::UNDEFINED_COLUMN,
+                "column \"x\" does not exist",
+                Some(8)
+            )
+        );
+        assert_eq!(
+            plan("select 1/0 where false").unwrap_err().code,
+            SqlState::DIVISION_BY_ZERO
+        );
+        assert_eq!(
+            plan("select 1 where 1").unwrap_err().code,
+            SqlState::DATATYPE_MISMATCH
+        );
+        assert_eq!(
+            plan("select 1 from t").unwrap_err().code,
+            SqlState::FEATURE_NOT_SUPPORTED
+        );
 
-        let session = Session { text: TextContext::default() };
+        let session = Session {
+            text: TextContext::default(),
+        };
         let count = |sql: &str| {
             let p = plan(sql).expect("plans");
-            let mut env = EvalEnv { params: &[], row: &[], session: &session, sleep_us: 0 };
+            let mut env = EvalEnv {
+                params: &[],
+                row: &[],
+                session: &session,
+                sleep_us: 0,
+            };
             p.eval_rows(&mut env, &mut |_| Ok(())).expect("evaluates")
         };
         assert_eq!(count("select 1 where false"), 0);
@@ -4322,17 +5308,29 @@ mod tests {
                 match idents.last().map(|i| i.value.as_str()) {
                     Some("a") => Ok((0, INT4)),
                     Some("b") => Ok((1, TEXT)),
-                    _ => Err(PgError::new(SqlState::UNDEFINED_COLUMN, "column does not exist")),
+                    _ => Err(PgError::new(
+                        SqlState::UNDEFINED_COLUMN,
+                        "column does not exist",
+                    )),
                 }
             }
         }
         let sql = "select a * 2 + 1, b || '!', a > 1 and b like 'x%'";
         let q = query(sql);
-        let ast::SetExpr::Select(s) = q.body.as_ref() else { panic!() };
+        let ast::SetExpr::Select(s) = q.body.as_ref() else {
+            panic!()
+        };
         let mut params = Vec::new();
         let cols = Cols;
-        let mut ctx = PlanCtx { params: &mut params, columns: Some(&cols), source: sql };
-        let session = Session { text: TextContext::default() };
+        let mut ctx = PlanCtx {
+            params: &mut params,
+            columns: Some(&cols),
+            source: sql,
+            text: None,
+        };
+        let session = Session {
+            text: TextContext::default(),
+        };
         let exprs: Vec<TypedExpr> = s
             .projection
             .iter()
@@ -4341,16 +5339,40 @@ mod tests {
                 _ => panic!(),
             })
             .collect();
-        assert_eq!(exprs.iter().map(|e| e.ty).collect::<Vec<_>>(), vec![INT4, TEXT, BOOL]);
+        assert_eq!(
+            exprs.iter().map(|e| e.ty).collect::<Vec<_>>(),
+            vec![INT4, TEXT, BOOL]
+        );
         for (row, expected) in [
-            (vec![Value::Int4(20), Value::Text("xy".into())], [Value::Int4(41), Value::Text("xy!".into()), Value::Bool(true)]),
-            (vec![Value::Null, Value::Text("y".into())], [Value::Null, Value::Text("y!".into()), Value::Bool(false)]),
+            (
+                vec![Value::Int4(20), Value::Text("xy".into())],
+                [
+                    Value::Int4(41),
+                    Value::Text("xy!".into()),
+                    Value::Bool(true),
+                ],
+            ),
+            (
+                vec![Value::Null, Value::Text("y".into())],
+                [Value::Null, Value::Text("y!".into()), Value::Bool(false)],
+            ),
         ] {
-            let mut env = EvalEnv { params: &[], row: &row, session: &session, sleep_us: 0 };
-            let got: Vec<Value> = exprs.iter().map(|e| e.eval(&mut env).expect("evaluates")).collect();
+            let mut env = EvalEnv {
+                params: &[],
+                row: &row,
+                session: &session,
+                sleep_us: 0,
+            };
+            let got: Vec<Value> = exprs
+                .iter()
+                .map(|e| e.eval(&mut env).expect("evaluates"))
+                .collect();
             assert_eq!(got, expected);
         }
         let bad = expr("c + 1");
-        assert_eq!(plan_expr(&bad, &mut ctx).unwrap_err().code, SqlState::UNDEFINED_COLUMN);
+        assert_eq!(
+            plan_expr(&bad, &mut ctx).unwrap_err().code,
+            SqlState::UNDEFINED_COLUMN
+        );
     }
 }

@@ -8,9 +8,9 @@ use protocol::error::{PgError, SqlState};
 use protocol::types::{Interval, Numeric, Scalar, TextContext, TimeZone, Type, Value};
 
 use super::{
-    as_f64, division_by_zero, feature_not_supported, out_of_range, text_in,
-    ArOp, DtOp, EvalEnv, Imp, Num, Sig, BOOL, BYTEA, DATE, FLOAT4, FLOAT8, INT2, INT4,
-    INT8, INTERVAL, NAME, NUMERIC, TEXT, TIME, TIMESTAMP, TIMESTAMPTZ, UUID, VOID,
+    as_f64, division_by_zero, feature_not_supported, out_of_range, text_in, ArOp, DtOp, EvalEnv,
+    Imp, Num, Sig, BOOL, BYTEA, DATE, FLOAT4, FLOAT8, INT2, INT4, INT8, INTERVAL, NAME, NUMERIC,
+    TEXT, TIME, TIMESTAMP, TIMESTAMPTZ, UUID, VOID,
 };
 
 /// What `version()` returns; also the `server_version` the lead reports at startup.
@@ -112,8 +112,67 @@ impl Func {
     }
 }
 
+/// Names [`signatures`] knows; each has at least one signature in [`build_signatures`].
+const FUNCTION_NAMES: &[&str] = &[
+    "version",
+    "current_database",
+    "current_schema",
+    "current_setting",
+    "pg_backend_pid",
+    "pg_sleep",
+    "now",
+    "transaction_timestamp",
+    "statement_timestamp",
+    "clock_timestamp",
+    "abs",
+    "length",
+    "char_length",
+    "character_length",
+    "octet_length",
+    "lower",
+    "upper",
+    "initcap",
+    "substr",
+    "substring",
+    "btrim",
+    "ltrim",
+    "rtrim",
+    "replace",
+    "strpos",
+    "left",
+    "right",
+    "repeat",
+    "reverse",
+    "lpad",
+    "rpad",
+    "split_part",
+    "starts_with",
+    "ascii",
+    "chr",
+    "to_hex",
+    "md5",
+    "round",
+    "trunc",
+    "floor",
+    "ceil",
+    "ceiling",
+    "sqrt",
+    "mod",
+    "power",
+    "pow",
+    "random",
+    "gen_random_uuid",
+    "extract",
+    "timezone",
+];
+
 /// Candidate signatures of a function by (lower-case) name; empty if there is no such function.
-pub(crate) fn signatures(name: &str) -> Vec<Sig> {
+pub(crate) fn signatures(name: &str) -> &'static [Sig] {
+    static TABLE: std::sync::OnceLock<super::SigTable> = std::sync::OnceLock::new();
+    super::lookup_sigs(&TABLE, FUNCTION_NAMES, build_signatures, name)
+}
+
+fn build_signatures(name: &str) -> Vec<Sig> {
     use Func as F;
     let f = |args: &[Type], ret: Type, func: Func| Sig::new(args, ret, Imp::Func(func));
     let nums = [
@@ -148,7 +207,10 @@ pub(crate) fn signatures(name: &str) -> Vec<Sig> {
             f(&[TEXT], INT4, F::Length),
             f(&[super::BPCHAR], INT4, F::LengthBpchar),
         ],
-        "octet_length" => vec![f(&[TEXT], INT4, F::OctetLength), f(&[BYTEA], INT4, F::OctetLength)],
+        "octet_length" => vec![
+            f(&[TEXT], INT4, F::OctetLength),
+            f(&[BYTEA], INT4, F::OctetLength),
+        ],
         "lower" => vec![f(&[TEXT], TEXT, F::Lower)],
         "upper" => vec![f(&[TEXT], TEXT, F::Upper)],
         "initcap" => vec![f(&[TEXT], TEXT, F::Initcap)],
@@ -167,8 +229,14 @@ pub(crate) fn signatures(name: &str) -> Vec<Sig> {
         "right" => vec![f(&[TEXT, INT4], TEXT, F::Right)],
         "repeat" => vec![f(&[TEXT, INT4], TEXT, F::Repeat)],
         "reverse" => vec![f(&[TEXT], TEXT, F::Reverse)],
-        "lpad" => vec![f(&[TEXT, INT4], TEXT, F::Lpad), f(&[TEXT, INT4, TEXT], TEXT, F::Lpad)],
-        "rpad" => vec![f(&[TEXT, INT4], TEXT, F::Rpad), f(&[TEXT, INT4, TEXT], TEXT, F::Rpad)],
+        "lpad" => vec![
+            f(&[TEXT, INT4], TEXT, F::Lpad),
+            f(&[TEXT, INT4, TEXT], TEXT, F::Lpad),
+        ],
+        "rpad" => vec![
+            f(&[TEXT, INT4], TEXT, F::Rpad),
+            f(&[TEXT, INT4, TEXT], TEXT, F::Rpad),
+        ],
         "split_part" => vec![f(&[TEXT, TEXT, INT4], TEXT, F::SplitPart)],
         "starts_with" => vec![f(&[TEXT, TEXT], BOOL, F::StartsWith)],
         "ascii" => vec![f(&[TEXT], INT4, F::Ascii)],
@@ -185,11 +253,20 @@ pub(crate) fn signatures(name: &str) -> Vec<Sig> {
             f(&[NUMERIC], NUMERIC, F::TruncN),
             f(&[NUMERIC, INT4], NUMERIC, F::TruncNScale),
         ],
-        "floor" => vec![f(&[FLOAT8], FLOAT8, F::FloorF8), f(&[NUMERIC], NUMERIC, F::FloorN)],
+        "floor" => vec![
+            f(&[FLOAT8], FLOAT8, F::FloorF8),
+            f(&[NUMERIC], NUMERIC, F::FloorN),
+        ],
         "ceil" | "ceiling" => {
-            vec![f(&[FLOAT8], FLOAT8, F::CeilF8), f(&[NUMERIC], NUMERIC, F::CeilN)]
+            vec![
+                f(&[FLOAT8], FLOAT8, F::CeilF8),
+                f(&[NUMERIC], NUMERIC, F::CeilN),
+            ]
         }
-        "sqrt" => vec![f(&[FLOAT8], FLOAT8, F::SqrtF8), f(&[NUMERIC], NUMERIC, F::SqrtN)],
+        "sqrt" => vec![
+            f(&[FLOAT8], FLOAT8, F::SqrtF8),
+            f(&[NUMERIC], NUMERIC, F::SqrtN),
+        ],
         "mod" => vec![
             Sig::new(&[INT2, INT2], INT2, Imp::Arith(ArOp::Mod, Num::I2)),
             Sig::new(&[INT4, INT4], INT4, Imp::Arith(ArOp::Mod, Num::I4)),
@@ -223,7 +300,10 @@ pub(crate) fn signatures(name: &str) -> Vec<Sig> {
 fn text_arg(v: &Value) -> Result<&str, PgError> {
     match v {
         Value::Text(s) => Ok(s),
-        _ => Err(PgError::new(SqlState::INTERNAL_ERROR, "internal error: text argument expected")),
+        _ => Err(PgError::new(
+            SqlState::INTERNAL_ERROR,
+            "internal error: text argument expected",
+        )),
     }
 }
 
@@ -232,28 +312,38 @@ fn int_arg(v: &Value) -> Result<i64, PgError> {
         Value::Int2(x) => Ok(*x as i64),
         Value::Int4(x) => Ok(*x as i64),
         Value::Int8(x) => Ok(*x),
-        _ => Err(PgError::new(SqlState::INTERNAL_ERROR, "internal error: integer argument expected")),
+        _ => Err(PgError::new(
+            SqlState::INTERNAL_ERROR,
+            "internal error: integer argument expected",
+        )),
     }
 }
 
 fn numeric_arg(v: &Value) -> Result<&Numeric, PgError> {
     match v {
         Value::Numeric(n) => Ok(n),
-        _ => Err(PgError::new(SqlState::INTERNAL_ERROR, "internal error: numeric argument expected")),
+        _ => Err(PgError::new(
+            SqlState::INTERNAL_ERROR,
+            "internal error: numeric argument expected",
+        )),
     }
 }
 
 fn f64_arg(v: &Value) -> Result<f64, PgError> {
     as_f64(v).ok_or_else(|| {
-        PgError::new(SqlState::INTERNAL_ERROR, "internal error: float argument expected")
+        PgError::new(
+            SqlState::INTERNAL_ERROR,
+            "internal error: float argument expected",
+        )
     })
 }
 
-/// Calls a function on evaluated arguments (already NULL-checked if the function is strict).
+/// Calls a function on evaluated arguments `args` (already NULL-checked if the function is
+/// strict); `exprs` are the planned arguments, for their types.
 pub(crate) fn call(
     f: Func,
-    args: Vec<Value>,
-    types: &[Type],
+    args: &mut [Value],
+    exprs: &[super::TypedExpr],
     env: &mut EvalEnv,
 ) -> Result<Value, PgError> {
     use Func as F;
@@ -294,24 +384,33 @@ pub(crate) fn call(
             let local = utc_to_local(session.statement_timestamp_us(), session.text_context())?;
             Value::Date(local.div_euclid(USECS_PER_DAY) as i32)
         }
-        F::LocalTimestamp => {
-            Value::Timestamp(utc_to_local(session.statement_timestamp_us(), session.text_context())?)
-        }
+        F::LocalTimestamp => Value::Timestamp(utc_to_local(
+            session.statement_timestamp_us(),
+            session.text_context(),
+        )?),
         F::LocalTime => {
             let local = utc_to_local(session.statement_timestamp_us(), session.text_context())?;
             Value::Time(local.rem_euclid(USECS_PER_DAY))
         }
         F::Abs(n) => match (n, &args[0]) {
-            (Num::I2, Value::Int2(x)) => Value::Int2(x.checked_abs().ok_or_else(|| out_of_range(INT2))?),
-            (Num::I4, Value::Int4(x)) => Value::Int4(x.checked_abs().ok_or_else(|| out_of_range(INT4))?),
-            (Num::I8, Value::Int8(x)) => Value::Int8(x.checked_abs().ok_or_else(|| out_of_range(INT8))?),
+            (Num::I2, Value::Int2(x)) => {
+                Value::Int2(x.checked_abs().ok_or_else(|| out_of_range(INT2))?)
+            }
+            (Num::I4, Value::Int4(x)) => {
+                Value::Int4(x.checked_abs().ok_or_else(|| out_of_range(INT4))?)
+            }
+            (Num::I8, Value::Int8(x)) => {
+                Value::Int8(x.checked_abs().ok_or_else(|| out_of_range(INT8))?)
+            }
             (Num::F4, Value::Float4(x)) => Value::Float4(x.abs()),
             (Num::F8, Value::Float8(x)) => Value::Float8(x.abs()),
             (Num::N, Value::Numeric(x)) => Value::Numeric(x.abs()),
             _ => return Err(feature_not_supported("abs of this type")),
         },
         F::Length => Value::Int4(text_arg(&args[0])?.chars().count() as i32),
-        F::LengthBpchar => Value::Int4(text_arg(&args[0])?.trim_end_matches(' ').chars().count() as i32),
+        F::LengthBpchar => {
+            Value::Int4(text_arg(&args[0])?.trim_end_matches(' ').chars().count() as i32)
+        }
         F::OctetLength => match &args[0] {
             Value::Bytea(b) => Value::Int4(b.len() as i32),
             v => Value::Int4(text_arg(v)?.len() as i32),
@@ -321,12 +420,14 @@ pub(crate) fn call(
         F::Initcap => Value::Text(initcap(text_arg(&args[0])?)),
         F::Substr => {
             let s = text_arg(&args[0])?;
-            let (start, len) = substr_range(&args)?;
+            let (start, len) = substr_range(args)?;
             Value::Text(s.chars().skip(start).take(len).collect())
         }
         F::SubstrBytea => {
-            let Value::Bytea(b) = &args[0] else { return Err(feature_not_supported("substr")) };
-            let (start, len) = substr_range(&args)?;
+            let Value::Bytea(b) = &args[0] else {
+                return Err(feature_not_supported("substr"));
+            };
+            let (start, len) = substr_range(args)?;
             Value::Bytea(b.iter().skip(start).take(len).copied().collect())
         }
         F::Btrim | F::Ltrim | F::Rtrim => {
@@ -347,7 +448,11 @@ pub(crate) fn call(
             let s = text_arg(&args[0])?;
             let from = text_arg(&args[1])?;
             let to = text_arg(&args[2])?;
-            Value::Text(if from.is_empty() { s.to_string() } else { s.replace(from, to) })
+            Value::Text(if from.is_empty() {
+                s.to_string()
+            } else {
+                s.replace(from, to)
+            })
         }
         F::Strpos => {
             let s = text_arg(&args[0])?;
@@ -393,7 +498,11 @@ pub(crate) fn call(
                 return Ok(Value::Text(chars.into_iter().take(n).collect()));
             }
             let pad: String = fill.iter().cycle().take(n - chars.len()).collect();
-            Value::Text(if f == F::Lpad { format!("{pad}{s}") } else { format!("{s}{pad}") })
+            Value::Text(if f == F::Lpad {
+                format!("{pad}{s}")
+            } else {
+                format!("{s}{pad}")
+            })
         }
         F::SplitPart => {
             let s = text_arg(&args[0])?;
@@ -405,11 +514,18 @@ pub(crate) fn call(
                     "field position must not be zero",
                 ));
             }
-            let parts: Vec<&str> =
-                if delim.is_empty() { vec![s] } else { s.split(delim).collect() };
+            let parts: Vec<&str> = if delim.is_empty() {
+                vec![s]
+            } else {
+                s.split(delim).collect()
+            };
             let idx = if n > 0 { n - 1 } else { parts.len() as i64 + n };
             Value::Text(
-                usize::try_from(idx).ok().and_then(|i| parts.get(i)).unwrap_or(&"").to_string(),
+                usize::try_from(idx)
+                    .ok()
+                    .and_then(|i| parts.get(i))
+                    .unwrap_or(&"")
+                    .to_string(),
             )
         }
         F::StartsWith => Value::Bool(text_arg(&args[0])?.starts_with(text_arg(&args[1])?)),
@@ -422,12 +538,15 @@ pub(crate) fn call(
                     "null character not permitted",
                 ));
             }
-            let c = u32::try_from(code).ok().and_then(char::from_u32).ok_or_else(|| {
-                PgError::new(
-                    SqlState::PROGRAM_LIMIT_EXCEEDED,
-                    format!("requested character too large for encoding: {code}"),
-                )
-            })?;
+            let c = u32::try_from(code)
+                .ok()
+                .and_then(char::from_u32)
+                .ok_or_else(|| {
+                    PgError::new(
+                        SqlState::PROGRAM_LIMIT_EXCEEDED,
+                        format!("requested character too large for encoding: {code}"),
+                    )
+                })?;
             Value::Text(c.to_string())
         }
         F::ToHex => Value::Text(match &args[0] {
@@ -473,7 +592,12 @@ pub(crate) fn call(
             b[8] = (b[8] & 0x3f) | 0x80;
             Value::Uuid(b)
         }
-        F::Extract => extract(text_arg(&args[0])?, &args[1], types[1], session.text_context())?,
+        F::Extract => extract(
+            text_arg(&args[0])?,
+            &args[1],
+            exprs[1].ty,
+            session.text_context(),
+        )?,
         F::TimezoneOfTstz | F::TimezoneOfTs => {
             let zone = text_arg(&args[0])?;
             let tz = TimeZone::parse(zone).map_err(|_| {
@@ -482,10 +606,17 @@ pub(crate) fn call(
                     format!("time zone \"{zone}\" not recognized"),
                 )
             })?;
-            let ctx = TextContext { time_zone: tz, ..session.text_context().clone() };
+            let ctx = TextContext {
+                time_zone: tz,
+                ..session.text_context().clone()
+            };
             match (&args[1], f) {
-                (Value::Timestamptz(t), F::TimezoneOfTstz) => Value::Timestamp(utc_to_local(*t, &ctx)?),
-                (Value::Timestamp(t), F::TimezoneOfTs) => Value::Timestamptz(local_to_utc(*t, &ctx)?),
+                (Value::Timestamptz(t), F::TimezoneOfTstz) => {
+                    Value::Timestamp(utc_to_local(*t, &ctx)?)
+                }
+                (Value::Timestamp(t), F::TimezoneOfTs) => {
+                    Value::Timestamptz(local_to_utc(*t, &ctx)?)
+                }
                 _ => return Err(feature_not_supported("AT TIME ZONE of this type")),
             }
         }
@@ -495,13 +626,13 @@ pub(crate) fn call(
             let (sep, rest, rest_types) = if f == F::ConcatWs {
                 match &args[0] {
                     Value::Null => return Ok(Value::Null),
-                    v => (Some(text_arg(v)?.to_string()), &args[1..], &types[1..]),
+                    v => (Some(text_arg(v)?.to_string()), &args[1..], &exprs[1..]),
                 }
             } else {
-                (None, &args[..], types)
+                (None, &args[..], exprs)
             };
             let mut first = true;
-            for (v, t) in rest.iter().zip(rest_types) {
+            for (v, e) in rest.iter().zip(rest_types) {
                 if v.is_null() {
                     continue;
                 }
@@ -513,7 +644,7 @@ pub(crate) fn call(
                     Value::Text(s) => out.push_str(s),
                     other => {
                         let mut buf = Vec::new();
-                        protocol::types::text::encode(other, *t, tctx, &mut buf);
+                        protocol::types::text::encode(other, e.ty, tctx, &mut buf);
                         out.push_str(&String::from_utf8_lossy(&buf));
                     }
                 }
@@ -642,7 +773,11 @@ pub(crate) fn numeric_sqrt(n: &Numeric) -> Result<Numeric, PgError> {
     const DEC_DIGITS: i32 = 4;
     let x = n.to_f64();
     // PostgreSQL estimates the result weight from the base-10000 weight of the argument.
-    let weight = if n.is_zero() { 0 } else { decimal_weight(x).div_euclid(DEC_DIGITS) };
+    let weight = if n.is_zero() {
+        0
+    } else {
+        decimal_weight(x).div_euclid(DEC_DIGITS)
+    };
     let sweight = (weight + 1) * DEC_DIGITS / 2 - 1;
     let rscale = (NUMERIC_MIN_SIG_DIGITS - sweight)
         .max(n.dscale() as i32)
@@ -651,7 +786,9 @@ pub(crate) fn numeric_sqrt(n: &Numeric) -> Result<Numeric, PgError> {
         return Ok(Numeric::zero().round(rscale));
     }
     if !x.is_finite() {
-        return Err(feature_not_supported("sqrt of a numeric beyond float8 range"));
+        return Err(feature_not_supported(
+            "sqrt of a numeric beyond float8 range",
+        ));
     }
     let work = rscale + GUARD_DIGITS;
     let two = Numeric::from_i64(2);
@@ -659,7 +796,9 @@ pub(crate) fn numeric_sqrt(n: &Numeric) -> Result<Numeric, PgError> {
     // Each step doubles the correct digits; the float8 guess has about 15.
     let mut correct = 15;
     while correct < work + sweight.max(0) + GUARD_DIGITS {
-        y = y.add(&n.div_with_scale(&y, work)?)?.div_with_scale(&two, work)?;
+        y = y
+            .add(&n.div_with_scale(&y, work)?)?
+            .div_with_scale(&two, work)?;
         correct *= 2;
     }
     Ok(y.round(rscale))
@@ -669,7 +808,11 @@ pub(crate) fn numeric_sqrt(n: &Numeric) -> Result<Numeric, PgError> {
 fn numeric_exp(z: &Numeric, scale: i32) -> Result<Numeric, PgError> {
     let zf = z.to_f64();
     // Bring |z| below 0.01 by halving k times; squaring back loses about 0.3k digits.
-    let halvings = if zf.abs() > 0.01 { (zf.abs() / 0.01).log2().ceil() as i32 } else { 0 };
+    let halvings = if zf.abs() > 0.01 {
+        (zf.abs() / 0.01).log2().ceil() as i32
+    } else {
+        0
+    };
     let work = scale + GUARD_DIGITS + halvings;
     let mut r = z.clone();
     let two = Numeric::from_i64(2);
@@ -696,7 +839,9 @@ fn numeric_exp(z: &Numeric, scale: i32) -> Result<Numeric, PgError> {
 fn numeric_ln(x: &Numeric, scale: i32) -> Result<Numeric, PgError> {
     let xf = x.to_f64();
     if !xf.is_finite() || xf <= 0.0 {
-        return Err(feature_not_supported("logarithm of a numeric beyond float8 range"));
+        return Err(feature_not_supported(
+            "logarithm of a numeric beyond float8 range",
+        ));
     }
     let work = scale + GUARD_DIGITS;
     let two = Numeric::from_i64(2);
@@ -737,7 +882,11 @@ pub(crate) fn numeric_power(base: &Numeric, exp: &Numeric) -> Result<Numeric, Pg
     let b = base.to_f64();
     let e = exp.to_f64();
     // Approximate decimal weight of the result; PostgreSQL truncates it toward zero.
-    let val = if base.is_zero() { 0.0 } else { e * b.abs().log10() };
+    let val = if base.is_zero() {
+        0.0
+    } else {
+        e * b.abs().log10()
+    };
     if !val.is_finite() || val.abs() > 100_000.0 {
         return Err(PgError::new(
             SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
@@ -749,6 +898,11 @@ pub(crate) fn numeric_power(base: &Numeric, exp: &Numeric) -> Result<Numeric, Pg
         .max(exp.dscale() as i32)
         .clamp(0, NUMERIC_MAX_DISPLAY_SCALE);
     if exp_is_int && e.abs() <= i32::MAX as f64 {
+        // PostgreSQL 15 gives integer powers at least 16 fractional digits, more if the base
+        // shows more.
+        let rscale = NUMERIC_MIN_SIG_DIGITS
+            .max(base.dscale() as i32)
+            .clamp(0, NUMERIC_MAX_DISPLAY_SCALE);
         // Square-and-multiply; products are rounded to a working scale wide enough that the
         // final rounding sees the exact digits for the exponents queries use.
         let mut n = e.abs() as u64;
@@ -802,10 +956,16 @@ pub(crate) fn float_power(x: f64, y: f64) -> Result<f64, PgError> {
     }
     let r = x.powf(y);
     if r.is_infinite() && x.is_finite() && y.is_finite() {
-        return Err(PgError::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: overflow"));
+        return Err(PgError::new(
+            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+            "value out of range: overflow",
+        ));
     }
     if r == 0.0 && x != 0.0 && x.is_finite() && y.is_finite() {
-        return Err(PgError::new(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "value out of range: underflow"));
+        return Err(PgError::new(
+            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+            "value out of range: underflow",
+        ));
     }
     Ok(r)
 }
@@ -828,7 +988,11 @@ const MIN_DATE: i64 = -POSTGRES_EPOCH_JDATE;
 const END_DATE: i64 = 2_147_483_494 - POSTGRES_EPOCH_JDATE;
 
 fn date2j(y: i64, m: i64, d: i64) -> i64 {
-    let (y, m) = if m > 2 { (y + 4800, m + 1) } else { (y + 4799, m + 13) };
+    let (y, m) = if m > 2 {
+        (y + 4800, m + 1)
+    } else {
+        (y + 4799, m + 13)
+    };
     let century = y / 100;
     let mut julian = y * 365 - 32167;
     julian += y / 4 - century + century / 4;
@@ -844,7 +1008,11 @@ fn j2date(jd: i64) -> (i64, i64, i64) {
     quad = julian / 1461;
     julian -= quad * 1461;
     let mut y = julian * 4 / 1461;
-    julian = if y != 0 { (julian + 305) % 365 } else { (julian + 306) % 366 } + 123;
+    julian = if y != 0 {
+        (julian + 305) % 365
+    } else {
+        (julian + 306) % 366
+    } + 123;
     y += quad * 4;
     let year = y - 4800;
     quad = julian * 2141 / 65_536;
@@ -946,7 +1114,11 @@ fn justify_hours(micros: i64) -> Interval {
         time -= USECS_PER_DAY;
         days += 1;
     }
-    Interval { months: 0, days: days as i32, micros: time }
+    Interval {
+        months: 0,
+        days: days as i32,
+        micros: time,
+    }
 }
 
 fn ts_minus_ts(a: i64, b: i64) -> Result<Interval, PgError> {
@@ -981,8 +1153,7 @@ fn interval_scale(iv: &Interval, factor: f64, divide: bool) -> Result<Interval, 
     let mut days = to_i32(apply(iv.days as f64))?;
     let month_remainder_days = tsround((apply(iv.months as f64) - months as f64) * DAYS_PER_MONTH);
     let mut sec_remainder = tsround(
-        (apply(iv.days as f64) - days as f64 + month_remainder_days
-            - month_remainder_days.trunc())
+        (apply(iv.days as f64) - days as f64 + month_remainder_days - month_remainder_days.trunc())
             * SECS_PER_DAY,
     );
     if sec_remainder.abs() >= SECS_PER_DAY {
@@ -990,12 +1161,18 @@ fn interval_scale(iv: &Interval, factor: f64, divide: bool) -> Result<Interval, 
         days = days.checked_add(whole as i32).ok_or_else(ovf)?;
         sec_remainder -= whole * SECS_PER_DAY;
     }
-    days = days.checked_add(month_remainder_days as i32).ok_or_else(ovf)?;
+    days = days
+        .checked_add(month_remainder_days as i32)
+        .ok_or_else(ovf)?;
     let micros = (apply(iv.micros as f64) + sec_remainder * USECS_PER_SEC as f64).round_ties_even();
     if micros.is_nan() || micros < i64::MIN as f64 || micros >= -(i64::MIN as f64) {
         return Err(ovf());
     }
-    Ok(Interval { months, days, micros: micros as i64 })
+    Ok(Interval {
+        months,
+        days,
+        micros: micros as i64,
+    })
 }
 
 fn date_value(v: &Value) -> Result<i32, PgError> {
@@ -1027,7 +1204,10 @@ fn time_value(v: &Value) -> Result<i64, PgError> {
 }
 
 fn internal_dt() -> PgError {
-    PgError::new(SqlState::INTERNAL_ERROR, "internal error: date/time operand")
+    PgError::new(
+        SqlState::INTERNAL_ERROR,
+        "internal error: date/time operand",
+    )
 }
 
 fn date_plus_days(d: i32, days: i64) -> Result<Value, PgError> {
@@ -1064,15 +1244,20 @@ pub(crate) fn datetime_op(op: DtOp, v: &[Value], tctx: &TextContext) -> Result<V
         }
         D::TsPlusIv => Value::Timestamp(ts_plus_interval(ts_value(&v[0])?, &iv_value(&v[1])?)?),
         D::IvPlusTs => Value::Timestamp(ts_plus_interval(ts_value(&v[1])?, &iv_value(&v[0])?)?),
-        D::TsMinusIv => {
-            Value::Timestamp(ts_plus_interval(ts_value(&v[0])?, &neg_interval(&iv_value(&v[1])?)?)?)
-        }
-        D::TstzPlusIv => {
-            Value::Timestamptz(tstz_plus_interval(ts_value(&v[0])?, &iv_value(&v[1])?, tctx)?)
-        }
-        D::IvPlusTstz => {
-            Value::Timestamptz(tstz_plus_interval(ts_value(&v[1])?, &iv_value(&v[0])?, tctx)?)
-        }
+        D::TsMinusIv => Value::Timestamp(ts_plus_interval(
+            ts_value(&v[0])?,
+            &neg_interval(&iv_value(&v[1])?)?,
+        )?),
+        D::TstzPlusIv => Value::Timestamptz(tstz_plus_interval(
+            ts_value(&v[0])?,
+            &iv_value(&v[1])?,
+            tctx,
+        )?),
+        D::IvPlusTstz => Value::Timestamptz(tstz_plus_interval(
+            ts_value(&v[1])?,
+            &iv_value(&v[0])?,
+            tctx,
+        )?),
         D::TstzMinusIv => Value::Timestamptz(tstz_plus_interval(
             ts_value(&v[0])?,
             &neg_interval(&iv_value(&v[1])?)?,
@@ -1084,7 +1269,11 @@ pub(crate) fn datetime_op(op: DtOp, v: &[Value], tctx: &TextContext) -> Result<V
         D::IvPlusIv | D::IvMinusIv => {
             let a = iv_value(&v[0])?;
             let b = iv_value(&v[1])?;
-            let b = if op == D::IvMinusIv { neg_interval(&b)? } else { b };
+            let b = if op == D::IvMinusIv {
+                neg_interval(&b)?
+            } else {
+                b
+            };
             let ovf = || out_of_range(INTERVAL);
             Value::Interval(Interval {
                 months: a.months.checked_add(b.months).ok_or_else(ovf)?,
@@ -1101,8 +1290,14 @@ pub(crate) fn datetime_op(op: DtOp, v: &[Value], tctx: &TextContext) -> Result<V
             }
             Value::Interval(interval_scale(&iv_value(&v[0])?, f, true)?)
         }
-        D::TimePlusIv => Value::Time(time_plus_micros(time_value(&v[0])?, iv_value(&v[1])?.micros)),
-        D::IvPlusTime => Value::Time(time_plus_micros(time_value(&v[1])?, iv_value(&v[0])?.micros)),
+        D::TimePlusIv => Value::Time(time_plus_micros(
+            time_value(&v[0])?,
+            iv_value(&v[1])?.micros,
+        )),
+        D::IvPlusTime => Value::Time(time_plus_micros(
+            time_value(&v[1])?,
+            iv_value(&v[0])?.micros,
+        )),
         D::TimeMinusIv => Value::Time(time_plus_micros(
             time_value(&v[0])?,
             iv_value(&v[1])?.micros.wrapping_neg(),
@@ -1113,10 +1308,18 @@ pub(crate) fn datetime_op(op: DtOp, v: &[Value], tctx: &TextContext) -> Result<V
             micros: time_value(&v[0])? - time_value(&v[1])?,
         }),
         D::DatePlusTime | D::TimePlusDate => {
-            let (d, t) = if op == D::DatePlusTime { (&v[0], &v[1]) } else { (&v[1], &v[0]) };
+            let (d, t) = if op == D::DatePlusTime {
+                (&v[0], &v[1])
+            } else {
+                (&v[1], &v[0])
+            };
             let d = date_value(d)?;
             let t = time_value(t)?;
-            Value::Timestamp(date_to_ts(d)?.checked_add(t).map_or(Err(ts_out_of_range()), valid_ts)?)
+            Value::Timestamp(
+                date_to_ts(d)?
+                    .checked_add(t)
+                    .map_or(Err(ts_out_of_range()), valid_ts)?,
+            )
         }
         D::IvNeg => Value::Interval(neg_interval(&iv_value(&v[0])?)?),
     })
@@ -1195,18 +1398,26 @@ pub(crate) fn datetime_cast(
             }
             Value::Time(t.rem_euclid(USECS_PER_DAY))
         }
-        (Timestamp, Timestamptz, Value::Timestamp(t)) => Value::Timestamptz(local_to_utc(*t, tctx)?),
-        (Timestamptz, Timestamp, Value::Timestamptz(t)) => Value::Timestamp(utc_to_local(*t, tctx)?),
-        (Timestamptz, Date, Value::Timestamptz(t)) => Value::Date(ts_to_date(utc_to_local(*t, tctx)?)),
+        (Timestamp, Timestamptz, Value::Timestamp(t)) => {
+            Value::Timestamptz(local_to_utc(*t, tctx)?)
+        }
+        (Timestamptz, Timestamp, Value::Timestamptz(t)) => {
+            Value::Timestamp(utc_to_local(*t, tctx)?)
+        }
+        (Timestamptz, Date, Value::Timestamptz(t)) => {
+            Value::Date(ts_to_date(utc_to_local(*t, tctx)?))
+        }
         (Timestamptz, Time, Value::Timestamptz(t)) => {
             if !ts_finite(*t) {
                 return Ok(Value::Null);
             }
             Value::Time(utc_to_local(*t, tctx)?.rem_euclid(USECS_PER_DAY))
         }
-        (Time, Interval, Value::Time(t)) => {
-            Value::Interval(protocol::types::Interval { months: 0, days: 0, micros: *t })
-        }
+        (Time, Interval, Value::Time(t)) => Value::Interval(protocol::types::Interval {
+            months: 0,
+            days: 0,
+            micros: *t,
+        }),
         (Interval, Time, Value::Interval(iv)) => Value::Time(iv.micros.rem_euclid(USECS_PER_DAY)),
         _ => {
             // No direct rule: through the text form (the planner allowed it).
@@ -1222,7 +1433,10 @@ fn extract(field: &str, v: &Value, ty: Type, tctx: &TextContext) -> Result<Value
     let unsupported = || {
         PgError::new(
             SqlState::FEATURE_NOT_SUPPORTED,
-            format!("unit \"{field}\" not supported for type {}", super::type_display_name(ty)),
+            format!(
+                "unit \"{field}\" not supported for type {}",
+                super::type_display_name(ty)
+            ),
         )
     };
     let int = |x: i64| Ok(Value::Numeric(Numeric::from_i64(x)));
@@ -1230,7 +1444,12 @@ fn extract(field: &str, v: &Value, ty: Type, tctx: &TextContext) -> Result<Value
         // micros / 10^(6 - scale) printed with `scale` decimals.
         let neg = micros < 0;
         let m = micros.unsigned_abs();
-        let s = format!("{}{}.{:06}", if neg { "-" } else { "" }, m / 1_000_000, m % 1_000_000);
+        let s = format!(
+            "{}{}.{:06}",
+            if neg { "-" } else { "" },
+            m / 1_000_000,
+            m % 1_000_000
+        );
         let n = Numeric::parse(&s)?;
         Ok(Value::Numeric(n.round(scale as i32)))
     };
@@ -1238,7 +1457,11 @@ fn extract(field: &str, v: &Value, ty: Type, tctx: &TextContext) -> Result<Value
     match v {
         Value::Date(d) => {
             if !date_finite(*d) {
-                return Ok(Value::Numeric(if *d > 0 { Numeric::infinity() } else { Numeric::neg_infinity() }));
+                return Ok(Value::Numeric(if *d > 0 {
+                    Numeric::infinity()
+                } else {
+                    Numeric::neg_infinity()
+                }));
             }
             if field == "epoch" {
                 return int(*d as i64 * 86_400);
@@ -1247,20 +1470,29 @@ fn extract(field: &str, v: &Value, ty: Type, tctx: &TextContext) -> Result<Value
             match field.as_str() {
                 "hour" | "minute" | "second" | "milliseconds" | "microseconds" | "millisecond"
                 | "microsecond" => Err(unsupported()),
-                _ => calendar_field(&field, y, m, day, *d as i64).map_or_else(|| Err(unsupported()), int),
+                _ => calendar_field(&field, y, m, day, *d as i64)
+                    .map_or_else(|| Err(unsupported()), int),
             }
         }
         Value::Timestamp(_) | Value::Timestamptz(_) => {
             let t = ts_value(v)?;
             if !ts_finite(t) {
-                return Ok(Value::Numeric(if t > 0 { Numeric::infinity() } else { Numeric::neg_infinity() }));
+                return Ok(Value::Numeric(if t > 0 {
+                    Numeric::infinity()
+                } else {
+                    Numeric::neg_infinity()
+                }));
             }
             if field == "epoch" {
                 // Seconds since 1970-01-01 UTC (for timestamp: as if the wall clock were UTC).
                 const EPOCH_DIFF_US: i64 = 946_684_800_000_000;
                 return scaled(t + EPOCH_DIFF_US, 6);
             }
-            let local = if matches!(v, Value::Timestamptz(_)) { utc_to_local(t, tctx)? } else { t };
+            let local = if matches!(v, Value::Timestamptz(_)) {
+                utc_to_local(t, tctx)?
+            } else {
+                t
+            };
             let days = local.div_euclid(USECS_PER_DAY);
             let time = local.rem_euclid(USECS_PER_DAY);
             let (y, m, d) = j2date(days + POSTGRES_EPOCH_JDATE);
@@ -1294,7 +1526,8 @@ fn extract(field: &str, v: &Value, ty: Type, tctx: &TextContext) -> Result<Value
             "minute" | "minutes" => int(iv.micros / 60_000_000 % 60),
             "second" | "seconds" => scaled(iv.micros % 60_000_000, 6),
             "epoch" => {
-                let secs_months = iv.months as i64 / 12 * 31_557_600 + iv.months as i64 % 12 * 2_592_000;
+                let secs_months =
+                    iv.months as i64 / 12 * 31_557_600 + iv.months as i64 % 12 * 2_592_000;
                 let total = (secs_months + iv.days as i64 * 86_400) * 1_000_000 + iv.micros;
                 scaled(total, 6)
             }
@@ -1388,7 +1621,12 @@ enum LikeToken<T> {
     Lit(T),
 }
 
-fn like_tokens<T: Copy + PartialEq>(pattern: &[T], backslash: T, percent: T, underscore: T) -> Vec<LikeToken<T>> {
+fn like_tokens<T: Copy + PartialEq>(
+    pattern: &[T],
+    backslash: T,
+    percent: T,
+    underscore: T,
+) -> Vec<LikeToken<T>> {
     let mut out = Vec::with_capacity(pattern.len());
     let mut i = 0;
     while i < pattern.len() {
@@ -1466,8 +1704,10 @@ fn like_escape(pattern: &str, escape: &str) -> Result<String, PgError> {
     let mut esc_chars = escape.chars();
     let esc = esc_chars.next();
     if esc_chars.next().is_some() {
-        return Err(PgError::new(SqlState::INVALID_ESCAPE_SEQUENCE, "invalid escape string")
-            .with_hint("Escape string must be empty or one character."));
+        return Err(
+            PgError::new(SqlState::INVALID_ESCAPE_SEQUENCE, "invalid escape string")
+                .with_hint("Escape string must be empty or one character."),
+        );
     }
     let mut out = String::with_capacity(pattern.len());
     let mut chars = pattern.chars();
@@ -1507,9 +1747,14 @@ fn md5(input: &[u8]) -> [u8; 16] {
         9, 14, 20, 5, 9, 14, 20, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10,
         15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21,
     ];
-    let k: [u32; 64] = std::array::from_fn(|i| ((i as f64 + 1.0).sin().abs() * 4_294_967_296.0) as u32);
-    let (mut a0, mut b0, mut c0, mut d0) =
-        (0x6745_2301u32, 0xefcd_ab89u32, 0x98ba_dcfeu32, 0x1032_5476u32);
+    let k: [u32; 64] =
+        std::array::from_fn(|i| ((i as f64 + 1.0).sin().abs() * 4_294_967_296.0) as u32);
+    let (mut a0, mut b0, mut c0, mut d0) = (
+        0x6745_2301u32,
+        0xefcd_ab89u32,
+        0x98ba_dcfeu32,
+        0x1032_5476u32,
+    );
     let mut msg = input.to_vec();
     let bit_len = (input.len() as u64).wrapping_mul(8);
     msg.push(0x80);
@@ -1519,7 +1764,12 @@ fn md5(input: &[u8]) -> [u8; 16] {
     msg.extend_from_slice(&bit_len.to_le_bytes());
     for chunk in msg.chunks_exact(64) {
         let m: [u32; 16] = std::array::from_fn(|i| {
-            u32::from_le_bytes([chunk[4 * i], chunk[4 * i + 1], chunk[4 * i + 2], chunk[4 * i + 3]])
+            u32::from_le_bytes([
+                chunk[4 * i],
+                chunk[4 * i + 1],
+                chunk[4 * i + 2],
+                chunk[4 * i + 3],
+            ])
         });
         let (mut a, mut b, mut c, mut d) = (a0, b0, c0, d0);
         for i in 0..64 {
@@ -1553,7 +1803,11 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     while filled < N {
         // SAFETY: the pointer and length describe the unfilled tail of `buf`.
         let r = unsafe {
-            libc::getrandom(buf[filled..].as_mut_ptr().cast::<libc::c_void>(), N - filled, 0)
+            libc::getrandom(
+                buf[filled..].as_mut_ptr().cast::<libc::c_void>(),
+                N - filled,
+                0,
+            )
         };
         if r <= 0 {
             // getrandom(2) only fails before the pool is seeded or on EINTR; fall back to the
@@ -1580,7 +1834,11 @@ fn next_random() -> u64 {
             let mut seed = [0u8; 8];
             // SAFETY: `seed` is a valid 8-byte buffer.
             let r = unsafe { libc::getrandom(seed.as_mut_ptr().cast::<libc::c_void>(), 8, 0) };
-            x = if r == 8 { u64::from_le_bytes(seed) } else { clock_us() as u64 };
+            x = if r == 8 {
+                u64::from_le_bytes(seed)
+            } else {
+                clock_us() as u64
+            };
             x |= 1;
         }
         x ^= x >> 12;
@@ -1594,4 +1852,96 @@ fn next_random() -> u64 {
 /// Uniform in [0, 1) with 53 random bits.
 fn random_f64() -> f64 {
     (next_random() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_function_has_signatures() {
+        for name in FUNCTION_NAMES {
+            assert!(!signatures(name).is_empty(), "{name} has no signatures");
+        }
+        assert!(signatures("no_such_function").is_empty());
+    }
+
+    #[test]
+    fn md5_matches_rfc_1321_vectors() {
+        assert_eq!(hex(&md5(b"")), "d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(hex(&md5(b"a")), "0cc175b9c0f1b6a831c399e269772661");
+        let long =
+            b"12345678901234567890123456789012345678901234567890123456789012345678901234567890";
+        assert_eq!(hex(&md5(long)), "57edf4a22be3c955ac49da2e2107b67a");
+    }
+
+    #[test]
+    fn like_matches_postgresql_semantics() {
+        assert!(like("abc", "a%", false));
+        assert!(like("abc", "%c", false));
+        assert!(like("a%c", "a\\%c", false));
+        assert!(!like("abc", "a\\%c", false));
+        assert!(like("ÀB", "àb", true));
+        assert!(!like("aa", "%a%a%a%", false));
+        assert!(like_bytes(b"ab", b"a_"));
+        assert_eq!(like_escape("a#%b\\", "#").expect("valid"), "a\\%b\\\\");
+        assert_eq!(like_escape("a\\b", "").expect("valid"), "a\\\\b");
+        assert!(like_escape("a", "xy").is_err());
+    }
+
+    #[test]
+    fn calendar_helpers_round_trip() {
+        for (y, m, d) in [
+            (2000, 1, 1),
+            (2024, 2, 29),
+            (1900, 3, 1),
+            (-4713, 11, 24),
+            (294276, 12, 31),
+        ] {
+            assert_eq!(j2date(date2j(y, m, d)), (y, m, d));
+        }
+        assert_eq!(date2j(2000, 1, 1), POSTGRES_EPOCH_JDATE);
+        let iv = Interval {
+            months: 1,
+            days: 0,
+            micros: 0,
+        };
+        // 2024-01-31 + 1 month = 2024-02-29 (clamped to the month's end)
+        let jan31 = (date2j(2024, 1, 31) - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY;
+        let feb29 = (date2j(2024, 2, 29) - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY;
+        assert_eq!(ts_plus_interval(jan31, &iv).expect("in range"), feb29);
+        assert!(ts_plus_interval(
+            END_TIMESTAMP - 1,
+            &Interval {
+                months: 0,
+                days: 1,
+                micros: 0
+            }
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn numeric_transcendentals_are_correctly_rounded() {
+        let n = |s: &str| Numeric::parse(s).expect("numeric");
+        let text = |v: Numeric| {
+            let mut out = Vec::new();
+            v.write_text(&mut out);
+            String::from_utf8(out).expect("utf8")
+        };
+        assert_eq!(
+            text(numeric_sqrt(&n("2")).expect("sqrt")),
+            "1.414213562373095"
+        );
+        assert_eq!(
+            text(numeric_power(&n("2"), &n("0.5")).expect("pow")),
+            "1.4142135623730950"
+        );
+        assert_eq!(
+            text(numeric_power(&n("2"), &n("-2")).expect("pow")),
+            "0.2500000000000000"
+        );
+        assert!(numeric_power(&n("0"), &n("-1")).is_err());
+        assert!(numeric_sqrt(&n("-1")).is_err());
+    }
 }
