@@ -1061,12 +1061,10 @@ fn parse_options(options: &str) -> Result<Vec<(String, String)>, PgError> {
     while let Some(w) = it.next() {
         let assignment = if w == "-c" {
             it.next()
-        } else if let Some(rest) = w.strip_prefix("--") {
-            Some(rest.to_string())
-        } else if let Some(rest) = w.strip_prefix("-c") {
-            Some(rest.to_string())
         } else {
-            None
+            w.strip_prefix("--")
+                .or_else(|| w.strip_prefix("-c"))
+                .map(str::to_string)
         };
         let Some((k, v)) = assignment.as_deref().and_then(|a| a.split_once('=')) else {
             return Err(PgError::fatal(

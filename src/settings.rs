@@ -234,6 +234,9 @@ fn find(name: &str) -> Option<usize> {
     DEFS.iter().position(|d| d.name.eq_ignore_ascii_case(name))
 }
 
+/// Session values and custom settings, as saved at a transaction's first change.
+type Snapshot = (Vec<String>, BTreeMap<String, String>);
+
 /// One session's settings.
 #[derive(Clone)]
 pub struct Settings {
@@ -246,7 +249,7 @@ pub struct Settings {
     text: TextContext,
     /// Session values as they were when the current transaction first changed one, restored
     /// on rollback.
-    snapshot: Option<Box<(Vec<String>, BTreeMap<String, String>)>>,
+    snapshot: Option<Box<Snapshot>>,
 }
 
 impl Settings {
@@ -580,7 +583,7 @@ pub fn format_duration_ms(ms: u64) -> String {
         ("min", 60_000),
         ("s", 1000),
     ] {
-        if ms % size == 0 {
+        if ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

@@ -532,7 +532,7 @@ enum ServerMessage {
     Notice(String),
     Short(u8),
     ParameterDescription(Vec<u32>),
-    Negotiate(i32, Vec<String>),
+    Negotiate(u32, Vec<String>),
     Sasl(Vec<String>),
     CopyResponse(bool, Format, usize),
     CopyData(Vec<u8>),
@@ -573,7 +573,7 @@ fn server_message() -> impl Strategy<Value = ServerMessage> {
         ]
         .prop_map(ServerMessage::Short),
         vec(any::<u32>(), 0..8).prop_map(ServerMessage::ParameterDescription),
-        (any::<i32>(), vec("_pq_\\.[a-z]{1,8}", 0..4))
+        (any::<u32>(), vec("_pq_\\.[a-z]{1,8}", 0..4))
             .prop_map(|(m, o)| ServerMessage::Negotiate(m, o)),
         vec("[A-Z0-9-]{1,16}", 0..3).prop_map(ServerMessage::Sasl),
         (any::<bool>(), format(), 0usize..6)

@@ -5327,6 +5327,7 @@ mod tests {
             columns: Some(&cols),
             source: sql,
             text: None,
+            fold: true,
         };
         let session = Session {
             text: TextContext::default(),
