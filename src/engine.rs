@@ -757,6 +757,9 @@ impl Engine for Frontend {
     type Session = Session;
     type Statement = Prepared;
     type Portal = Portal;
+    type Message = ();
+
+    fn on_message(&self, _msg: ()) {}
 
     fn open_session(&self, start: &SessionStart<'_>) -> Result<Session, PgError> {
         let mut settings = Settings::new(start.user);

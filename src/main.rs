@@ -157,7 +157,7 @@ fn main() -> ExitCode {
         config.auth,
         config.max_connections
     );
-    match shards::runtime::run(config, listeners, |_shard| Frontend::new()) {
+    match shards::runtime::run(config, listeners, |_mesh| Frontend::new()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ringwire: {e}");

@@ -116,6 +116,12 @@ pub trait Engine: 'static {
     type Session: 'static;
     type Statement: 'static;
     type Portal: 'static;
+    /// What engines on different shards send each other over the [`crate::runtime::Mesh`].
+    type Message: Send + 'static;
+
+    /// A message from another shard's engine (or this shard's own, sent through the mesh).
+    /// Runs on the shard's mesh task: long work belongs in a spawned task.
+    fn on_message(&self, msg: Self::Message);
 
     /// Called after authentication succeeds; applies startup parameters (`application_name`,
     /// `options=-c ...`, `TimeZone`...). An error is sent as FATAL and the connection closes.

@@ -67,12 +67,31 @@ pub fn bind(config: &ServerConfig) -> Result<Listeners, String> {
     })
 }
 
+/// The engine's cross-shard messaging: one unbounded channel into each shard. Engines batch
+/// what they send (one message carries many peeks or replies), so a channel operation is paid
+/// per batch, not per query.
+pub struct Mesh<M> {
+    pub shard_id: usize,
+    senders: Vec<flume::Sender<M>>,
+}
+
+impl<M> Mesh<M> {
+    pub fn shards(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Send to shard `to` (which may be this shard). False if that shard has stopped.
+    pub fn send(&self, to: usize, msg: M) -> bool {
+        self.senders[to].send(msg).is_ok()
+    }
+}
+
 /// Start every shard and block until they all stop. `make_engine` runs on each shard's own
-/// thread, so the engine it builds never crosses threads.
+/// thread, so the engine it builds never crosses threads; it gets the shard's [`Mesh`].
 pub fn run<E, F>(config: ServerConfig, listeners: Listeners, make_engine: F) -> Result<(), String>
 where
     E: Engine,
-    F: Fn(usize) -> E + Send + Sync + 'static,
+    F: Fn(Mesh<E::Message>) -> E + Send + Sync + 'static,
 {
     let config = Arc::new(config);
     let make_engine = Arc::new(make_engine);
@@ -83,8 +102,17 @@ where
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards)
         .map(|_| flume::bounded::<CancelMessage>(256))
         .unzip();
+    let (mesh_senders, mesh_receivers): (Vec<_>, Vec<_>) = (0..shards)
+        .map(|_| flume::unbounded::<E::Message>())
+        .unzip();
     let mut handles = Vec::with_capacity(shards);
-    for (id, (listener, cancel_rx)) in listeners.sockets.into_iter().zip(receivers).enumerate() {
+    for (id, ((listener, cancel_rx), mesh_rx)) in listeners
+        .sockets
+        .into_iter()
+        .zip(receivers)
+        .zip(mesh_receivers)
+        .enumerate()
+    {
         let placement = match &config.placement {
             Placement::Pinned(cores) => GlommioPlacement::Fixed(cores[id]),
             Placement::Unpinned(_) => GlommioPlacement::Unbound,
@@ -93,21 +121,26 @@ where
         let make_engine = make_engine.clone();
         let senders = senders.clone();
         let open_connections = open_connections.clone();
+        let mesh = Mesh {
+            shard_id: id,
+            senders: mesh_senders.clone(),
+        };
         let fd = listener.into_raw_fd();
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
             .spawn(move || async move {
-                let engine = make_engine(id);
+                let engine = make_engine(mesh);
                 let shard = Rc::new(Shard::new(id, engine, config, senders, open_connections));
                 // SAFETY: `fd` is a listening socket we own; ownership moves into the listener.
                 let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd) };
-                shard_main(shard, listener, cancel_rx).await
+                shard_main(shard, listener, cancel_rx, mesh_rx).await
             })
             .map_err(|e| format!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
     }
     drop(senders);
+    drop(mesh_senders);
     for (id, h) in handles.into_iter().enumerate() {
         h.join().map_err(|e| format!("shard {id} stopped: {e}"))?;
     }
@@ -118,7 +151,17 @@ async fn shard_main<E: Engine>(
     shard: Rc<Shard<E>>,
     listener: glommio::net::TcpListener,
     cancels: flume::Receiver<CancelMessage>,
+    mesh: flume::Receiver<E::Message>,
 ) {
+    let mesh_task = {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Ok(msg) = mesh.recv_async().await {
+                shard.engine.on_message(msg);
+            }
+        })
+    };
+    mesh_task.detach();
     let cancel_task = {
         let shard = shard.clone();
         glommio::spawn_local(async move {
