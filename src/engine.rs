@@ -5,7 +5,8 @@
 //! `DEALLOCATE`; other statements get 0A000. Tables arrive with the compute issue and slot in
 //! as another [`Plan`] variant.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use bumpalo::Bump;
@@ -13,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use protocol::backend::{self, DataRowWriter, FieldDescription, TransactionStatus};
 use protocol::frontend::{Bind, Oids};
-use protocol::types::{binary, text, Scalar, TextContext, Type, Value};
+use protocol::types::{binary, text, Scalar, TextContext, TimeZone, Type, Value};
 use protocol::{Format, PgError, Severity, SqlState};
 use shards::engine::{Cx, Engine, Execution, SessionStart};
 use sqlparser::ast::{self, Statement};
@@ -131,11 +132,107 @@ fn now_pg_us() -> i64 {
 
 /// The per-shard engine. Stateless today; the compute dispatcher and plan cache will live here.
 #[derive(Default)]
-pub struct Frontend {}
+pub struct Frontend {
+    plans: RefCell<PlanCache>,
+}
 
 impl Frontend {
     pub fn new() -> Frontend {
-        Frontend {}
+        Frontend {
+            plans: RefCell::new(PlanCache::default()),
+        }
+    }
+
+    /// (hits, misses) of this shard's plan cache.
+    pub fn plan_cache_stats(&self) -> (u64, u64) {
+        let c = self.plans.borrow();
+        (c.hits, c.misses)
+    }
+}
+
+/// Per-shard plan cache: statement text (plus, for Parse, the declared parameter types) →
+/// the planned statement, so a repeated query skips sqlparser and planning. A plan depends on
+/// the session only through the TimeZone literals were read in, which the entry records and a
+/// hit checks. DDL will clear it (the table engine); it is also cleared when it reaches
+/// [`PLAN_CACHE_ENTRIES_MAX`] entries, which bounds its memory.
+#[derive(Default)]
+struct PlanCache {
+    simple: HashMap<Box<str>, CachedPlan>,
+    extended: HashMap<Box<str>, Vec<(Box<[u32]>, CachedPlan)>>,
+    hits: u64,
+    misses: u64,
+}
+
+struct CachedPlan {
+    prepared: Rc<Prepared>,
+    time_zone: TimeZone,
+}
+
+/// Distinct statement texts kept per shard: ORMs and drivers use a few hundred; a client that
+/// sends unique literals every time only ever costs this much memory.
+const PLAN_CACHE_ENTRIES_MAX: usize = 4096;
+
+impl PlanCache {
+    fn get_simple(&mut self, sql: &str, tz: &TimeZone) -> Option<Rc<Prepared>> {
+        let hit = self
+            .simple
+            .get(sql)
+            .filter(|c| c.time_zone == *tz)
+            .map(|c| c.prepared.clone());
+        self.count(hit.is_some());
+        hit
+    }
+
+    fn get_extended(&mut self, sql: &str, oids: Oids<'_>, tz: &TimeZone) -> Option<Rc<Prepared>> {
+        let hit = self.extended.get(sql).and_then(|v| {
+            v.iter()
+                .find(|(o, c)| {
+                    c.time_zone == *tz && o.len() == oids.len() && o.iter().copied().eq(oids.iter())
+                })
+                .map(|(_, c)| c.prepared.clone())
+        });
+        self.count(hit.is_some());
+        hit
+    }
+
+    fn count(&mut self, hit: bool) {
+        if hit {
+            self.hits += 1;
+        } else {
+            self.misses += 1;
+        }
+    }
+
+    fn make_room(&mut self) {
+        if self.simple.len() + self.extended.len() >= PLAN_CACHE_ENTRIES_MAX {
+            self.simple.clear();
+            self.extended.clear();
+        }
+    }
+
+    fn put_simple(&mut self, sql: &str, prepared: Rc<Prepared>, tz: &TimeZone) {
+        self.make_room();
+        self.simple.insert(
+            sql.into(),
+            CachedPlan {
+                prepared,
+                time_zone: tz.clone(),
+            },
+        );
+    }
+
+    fn put_extended(&mut self, sql: &str, oids: Oids<'_>, prepared: Rc<Prepared>, tz: &TimeZone) {
+        self.make_room();
+        let entry = (
+            oids.iter().collect::<Box<[u32]>>(),
+            CachedPlan {
+                prepared,
+                time_zone: tz.clone(),
+            },
+        );
+        let versions = self.extended.entry(sql.into()).or_default();
+        versions.retain(|(o, _)| **o != *entry.0);
+        versions.push(entry);
     }
 }
 
@@ -526,6 +623,37 @@ enum RowSink<'r> {
 }
 
 impl Frontend {
+    /// Run one planned statement of a simple Query: RowDescription first (if it returns rows),
+    /// then its rows and CommandComplete. If it fails, none of its output is sent.
+    async fn run_simple(&self, cx: &mut Cx<'_, Self>, prepared: &Prepared) -> Result<(), PgError> {
+        if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
+            return Err(aborted());
+        }
+        if prepared.columns.is_empty() {
+            self.run(cx, prepared, &[], RowSink::Write { formats: &[] })
+                .await?;
+            return Ok(());
+        }
+        let mark = cx.out.len();
+        write_row_description(&prepared.columns, &[], cx.arena, cx.out);
+        match self
+            .run(cx, prepared, &[], RowSink::Write { formats: &[] })
+            .await
+        {
+            Ok(rows) => {
+                backend::write_command_complete(
+                    cx.out,
+                    &select_tag(&prepared.plan, rows.unwrap_or(0)),
+                );
+                Ok(())
+            }
+            Err(e) => {
+                cx.out.truncate(mark);
+                Err(e)
+            }
+        }
+    }
+
     /// Run a planned statement to completion (rows included), writing everything but the
     /// RowDescription (simple protocol writes that first; extended writes it at Describe).
     async fn run(
@@ -792,6 +920,11 @@ impl Engine for Frontend {
     }
 
     async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError> {
+        let tz = &cx.session.settings.text_context().time_zone;
+        let cached = self.plans.borrow_mut().get_simple(sql, tz);
+        if let Some(prepared) = cached {
+            return self.run_simple(cx, &prepared).await;
+        }
         let statements = parse_sql(sql)?;
         if statements.is_empty() {
             backend::write_empty_query_response(cx.out);
@@ -804,40 +937,20 @@ impl Engine for Frontend {
             {
                 return Err(aborted());
             }
-            let prepared = self.prepare(
-                Some(stmt),
-                Vec::new(),
-                sql,
-                cx.session.settings.text_context(),
-                true,
-            )?;
+            let text = cx.session.settings.text_context();
+            let prepared = Rc::new(self.prepare(Some(stmt), Vec::new(), sql, text, true)?);
             if !prepared.param_types.is_empty() {
                 return Err(PgError::new(
                     SqlState(*b"42P02"),
                     "there is no parameter $1",
                 ));
             }
-            if prepared.columns.is_empty() {
-                self.run(cx, &prepared, &[], RowSink::Write { formats: &[] })
-                    .await?;
-                continue;
+            if statements.len() == 1 {
+                self.plans
+                    .borrow_mut()
+                    .put_simple(sql, prepared.clone(), &text.time_zone);
             }
-            // RowDescription goes first; if the statement then fails, none of it is sent.
-            let mark = cx.out.len();
-            write_row_description(&prepared.columns, &[], cx.arena, cx.out);
-            match self
-                .run(cx, &prepared, &[], RowSink::Write { formats: &[] })
-                .await
-            {
-                Ok(rows) => backend::write_command_complete(
-                    cx.out,
-                    &select_tag(&prepared.plan, rows.unwrap_or(0)),
-                ),
-                Err(e) => {
-                    cx.out.truncate(mark);
-                    return Err(e);
-                }
-            }
+            self.run_simple(cx, &prepared).await?;
         }
         Ok(())
     }
@@ -847,38 +960,52 @@ impl Engine for Frontend {
         cx: &mut Cx<'_, Self>,
         sql: &str,
         param_oids: Oids<'_>,
-    ) -> Result<Prepared, PgError> {
-        let statements = parse_sql(sql)?;
-        if statements.len() > 1 {
-            return Err(PgError::new(
-                SqlState::SYNTAX_ERROR,
-                "cannot insert multiple commands into a prepared statement",
-            ));
-        }
-        let mut param_types = Vec::with_capacity(param_oids.len());
-        for oid in param_oids.iter() {
-            let ty = if oid == 0 {
-                Type {
-                    scalar: Scalar::Unknown,
-                    array: false,
+    ) -> Result<Rc<Prepared>, PgError> {
+        let text = cx.session.settings.text_context();
+        let cached = self
+            .plans
+            .borrow_mut()
+            .get_extended(sql, param_oids, &text.time_zone);
+        let prepared = match cached {
+            Some(p) => p,
+            None => {
+                let statements = parse_sql(sql)?;
+                if statements.len() > 1 {
+                    return Err(PgError::new(
+                        SqlState::SYNTAX_ERROR,
+                        "cannot insert multiple commands into a prepared statement",
+                    ));
                 }
-            } else {
-                Type::from_oid(oid).ok_or_else(|| {
-                    PgError::new(
-                        SqlState::FEATURE_NOT_SUPPORTED,
-                        format!("parameter type with OID {oid} is not supported by ringwire"),
-                    )
-                })?
-            };
-            param_types.push(ty);
-        }
-        let prepared = self.prepare(
-            statements.first(),
-            param_types,
-            sql,
-            cx.session.settings.text_context(),
-            false,
-        )?;
+                let mut param_types = Vec::with_capacity(param_oids.len());
+                for oid in param_oids.iter() {
+                    let ty = if oid == 0 {
+                        Type {
+                            scalar: Scalar::Unknown,
+                            array: false,
+                        }
+                    } else {
+                        Type::from_oid(oid).ok_or_else(|| {
+                            PgError::new(
+                                SqlState::FEATURE_NOT_SUPPORTED,
+                                format!(
+                                    "parameter type with OID {oid} is not supported by ringwire"
+                                ),
+                            )
+                        })?
+                    };
+                    param_types.push(ty);
+                }
+                let prepared =
+                    Rc::new(self.prepare(statements.first(), param_types, sql, text, false)?);
+                self.plans.borrow_mut().put_extended(
+                    sql,
+                    param_oids,
+                    prepared.clone(),
+                    &text.time_zone,
+                );
+                prepared
+            }
+        };
         if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
             return Err(aborted());
         }

@@ -387,6 +387,11 @@ impl Settings {
     /// The transaction ended. On commit, session values stay; on rollback they return to the
     /// snapshot. `SET LOCAL` values end either way. Changed reported values are re-reported.
     pub fn end_transaction(&mut self, commit: bool, reports: &mut Vec<(&'static str, String)>) {
+        // The common case, after every query: nothing was set in this transaction.
+        if self.local.is_empty() && (self.snapshot.is_none() || commit) {
+            self.snapshot = None;
+            return;
+        }
         let before: Vec<String> = (0..DEFS.len())
             .map(|i| self.get(DEFS[i].name).unwrap_or_default().to_string())
             .collect();

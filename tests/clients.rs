@@ -263,6 +263,20 @@ async fn transactions_settings_and_backend_pid() {
         1
     );
 
+    // The per-shard plan cache must not serve a plan read in another TimeZone: the same text
+    // gives a different instant after SET TimeZone.
+    let q = "select '2024-01-01 00:00:00'::timestamptz = '2024-01-01 00:00:00+00'::timestamptz";
+    for _ in 0..3 {
+        assert!(client.query_one(q, &[]).await.unwrap().get::<_, bool>(0));
+        let simple = client.simple_query(q).await.unwrap();
+        assert!(matches!(&simple[1], SimpleQueryMessage::Row(r) if r.get(0) == Some("t")));
+    }
+    client.batch_execute("set timezone = 'Europe/Berlin'").await.unwrap();
+    assert!(!client.query_one(q, &[]).await.unwrap().get::<_, bool>(0));
+    let simple = client.simple_query(q).await.unwrap();
+    assert!(matches!(&simple[1], SimpleQueryMessage::Row(r) if r.get(0) == Some("f")));
+    client.batch_execute("reset timezone").await.unwrap();
+
     // pg_backend_pid() matches BackendKeyData (what the cancel token carries).
     let pid: i32 = client
         .query_one("select pg_backend_pid()", &[])

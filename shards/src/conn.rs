@@ -561,7 +561,7 @@ impl<E: Engine> Conn<E> {
                 }
                 match engine.parse(&mut cx!(self, out), sql, param_types) {
                     Ok(statement) => {
-                        self.statements.insert(name, Rc::new(statement));
+                        self.statements.insert(name, statement);
                         backend::write_parse_complete(out);
                     }
                     Err(e) => self.fail_extended(out, e),

@@ -135,12 +135,14 @@ pub trait Engine: 'static {
     /// statements before it stay in `cx.out`.
     async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError>;
 
+    /// Plan a Parse message. The statement is shared: an engine may hand the same one to many
+    /// connections (a plan cache), so it is immutable once built.
     fn parse(
         &self,
         cx: &mut Cx<'_, Self>,
         sql: &str,
         param_types: Oids<'_>,
-    ) -> Result<Self::Statement, PgError>;
+    ) -> Result<Rc<Self::Statement>, PgError>;
 
     /// Append ParameterDescription and then RowDescription (or NoData).
     fn describe_statement(&self, statement: &Self::Statement, arena: &Bump, out: &mut Vec<u8>);
