@@ -158,10 +158,13 @@ impl Frontend {
 #[derive(Default)]
 struct PlanCache {
     simple: HashMap<Box<str>, CachedPlan>,
-    extended: HashMap<Box<str>, Vec<(Box<[u32]>, CachedPlan)>>,
+    /// Per text, one plan per list of declared parameter types.
+    extended: HashMap<Box<str>, Vec<(ParamOids, CachedPlan)>>,
     hits: u64,
     misses: u64,
 }
+
+type ParamOids = Box<[u32]>;
 
 struct CachedPlan {
     prepared: Rc<Prepared>,

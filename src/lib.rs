@@ -9,6 +9,7 @@
 //! `Frontend::simple_query`, which parses with sqlparser, plans each statement, evaluates it and
 //! writes RowDescription/DataRow/CommandComplete into the connection's write buffer.
 
+pub mod compute;
 pub mod engine;
 pub mod settings;
 pub mod sql;
