@@ -21,13 +21,22 @@ use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
 
+use crate::compute::storage::View;
+use crate::compute::TxId;
+use crate::dispatch::{Catalog, Dispatcher, Message, Request, SessionSnapshot, Shared};
 use crate::settings::Settings;
 use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo};
+use crate::sql::plan::{self as table_plan, TablePlan};
+use shards::runtime::Mesh;
+use std::cell::Cell;
+use std::sync::Arc;
 
 /// A planned statement.
 pub enum Plan {
     Empty,
     Select(ConstSelect),
+    /// A statement over tables, run by the compute (see `dispatch`).
+    Table(Arc<TablePlan>),
     Set {
         name: String,
         value: Option<String>,
@@ -53,7 +62,7 @@ pub struct Prepared {
     columns: Vec<(String, Type)>,
     /// For a SELECT parsed with the extended protocol: the plan with constants folded, made at
     /// the first Bind (where PostgreSQL plans) and reused by later ones.
-    folded: OnceCell<Result<ConstSelect, PgError>>,
+    folded: OnceCell<Result<Folded, PgError>>,
 }
 
 impl Prepared {
@@ -68,25 +77,34 @@ impl Prepared {
 
     /// Fold constants if this statement was planned without folding; Bind calls this.
     fn fold(&self) -> Result<(), PgError> {
-        match &self.plan {
-            Plan::Select(select) => self
-                .folded
-                .get_or_init(|| select.folded())
-                .as_ref()
-                .map(|_| ())
-                .map_err(Clone::clone),
-            _ => Ok(()),
-        }
+        let fold = || match &self.plan {
+            Plan::Select(select) => select.folded().map(|s| Folded::Const(Box::new(s))),
+            Plan::Table(plan) => plan.folded().map(|p| Folded::Table(Arc::new(p))),
+            _ => Ok(Folded::Nothing),
+        };
+        self.folded
+            .get_or_init(fold)
+            .as_ref()
+            .map(|_| ())
+            .map_err(Clone::clone)
     }
+}
+
+/// A statement's plan with constants folded (made at the first Bind).
+enum Folded {
+    Const(Box<ConstSelect>),
+    Table(Arc<TablePlan>),
+    Nothing,
 }
 
 pub struct Portal {
     statement: Rc<Prepared>,
     params: Vec<Value>,
     formats: Vec<Format>,
-    /// Rows computed at the first Execute, handed out `max_rows` at a time.
-    rows: Option<Vec<Vec<Value>>>,
-    next_row: usize,
+    /// For a portal executed with `max_rows`: every row, encoded as DataRows at the first
+    /// Execute, handed out `max_rows` at a time from `next_byte`.
+    rows: Option<Vec<u8>>,
+    next_byte: usize,
     done: bool,
 }
 
@@ -98,6 +116,28 @@ pub struct Session {
     database: String,
     process_id: i32,
     statement_timestamp_us: i64,
+    /// The open transaction block's snapshot and, once it wrote, its id at the compute.
+    block: Option<Block>,
+}
+
+/// What a transaction block has done at the compute.
+#[derive(Clone, Copy)]
+struct Block {
+    snapshot: u64,
+    tx: TxId,
+    wrote: bool,
+}
+
+impl Session {
+    fn snapshot(&self) -> SessionSnapshot {
+        SessionSnapshot {
+            text: self.settings.text_context().clone(),
+            user: self.user.clone(),
+            database: self.database.clone(),
+            process_id: self.process_id,
+            statement_timestamp_us: self.statement_timestamp_us,
+        }
+    }
 }
 
 impl SessionInfo for Session {
@@ -131,16 +171,45 @@ fn now_pg_us() -> i64 {
 }
 
 /// The per-shard engine. Stateless today; the compute dispatcher and plan cache will live here.
-#[derive(Default)]
 pub struct Frontend {
     plans: RefCell<PlanCache>,
+    dispatcher: Rc<Dispatcher>,
+    shared: Arc<Shared>,
+    /// This shard's copy of the catalog and the version it was copied at.
+    catalog: RefCell<(u64, Rc<Catalog>)>,
+    next_tx: Cell<u64>,
 }
 
 impl Frontend {
-    pub fn new() -> Frontend {
+    pub fn new(mesh: Mesh<Message>, shared: Arc<Shared>) -> Frontend {
         Frontend {
             plans: RefCell::new(PlanCache::default()),
+            dispatcher: Dispatcher::new(mesh, shared.clone()),
+            catalog: RefCell::new((shared.catalog_version(), Rc::new(shared.catalog_snapshot()))),
+            shared,
+            next_tx: Cell::new(1),
         }
+    }
+
+    /// The catalog to plan against: this shard's copy, refreshed (and the plan cache cleared)
+    /// when DDL anywhere moved the shared version. One atomic load per query.
+    fn catalog(&self) -> Rc<Catalog> {
+        let version = self.shared.catalog_version();
+        let mut local = self.catalog.borrow_mut();
+        if local.0 != version {
+            *local = (version, Rc::new(self.shared.catalog_snapshot()));
+            let mut plans = self.plans.borrow_mut();
+            plans.simple.clear();
+            plans.extended.clear();
+        }
+        local.1.clone()
+    }
+
+    /// A transaction id unique across shards: the shard in the high bits.
+    fn new_tx(&self) -> TxId {
+        let n = self.next_tx.get();
+        self.next_tx.set(n + 1);
+        ((self.dispatcher.shard_id as u64) << 48) | n
     }
 
     /// (hits, misses) of this shard's plan cache.
@@ -378,11 +447,23 @@ fn transaction_modes(modes: &[ast::TransactionMode]) -> Vec<(String, String)> {
 /// (extended protocol), matching where PostgreSQL reports errors such as `1/0`.
 fn plan_statement(
     stmt: &Statement,
+    catalog: &Catalog,
     params: &mut Vec<Type>,
     source: &str,
     text: &TextContext,
     fold: bool,
 ) -> Result<(Plan, Vec<(String, Type)>), PgError> {
+    if let Some(plan) = table_plan::plan_table_statement(stmt, catalog, params, source, text, fold)?
+    {
+        let columns = match &plan {
+            TablePlan::Select(p) => p.columns.clone(),
+            TablePlan::Insert(p) => p.returning_columns.clone(),
+            TablePlan::Update(p) => p.returning_columns.clone(),
+            TablePlan::Delete(p) => p.returning_columns.clone(),
+            _ => Vec::new(),
+        };
+        return Ok((Plan::Table(Arc::new(plan)), columns));
+    }
     let text_col = |name: &str| {
         vec![(
             name.to_string(),
@@ -621,8 +702,12 @@ fn write_data_row(
 enum RowSink<'r> {
     /// Encode each row as a DataRow into the write buffer as it is produced (nothing staged).
     Write { formats: &'r [Format] },
-    /// Keep the rows: a portal executed with `max_rows` hands them out over several Executes.
-    Collect(&'r mut Vec<Vec<Value>>),
+    /// Keep the encoded DataRows aside: a portal executed with `max_rows` hands them out over
+    /// several Executes.
+    Encoded {
+        buf: &'r mut Vec<u8>,
+        formats: &'r [Format],
+    },
 }
 
 impl Frontend {
@@ -633,8 +718,13 @@ impl Frontend {
             return Err(aborted());
         }
         if prepared.columns.is_empty() {
-            self.run(cx, prepared, &[], RowSink::Write { formats: &[] })
-                .await?;
+            // No RowDescription; a count-carrying tag (INSERT/UPDATE/DELETE) is still owed.
+            if let Some(n) = self
+                .run(cx, prepared, &[], RowSink::Write { formats: &[] })
+                .await?
+            {
+                backend::write_command_complete(cx.out, &select_tag(&prepared.plan, n));
+            }
             return Ok(());
         }
         let mark = cx.out.len();
@@ -644,10 +734,10 @@ impl Frontend {
             .await
         {
             Ok(rows) => {
-                backend::write_command_complete(
-                    cx.out,
-                    &select_tag(&prepared.plan, rows.unwrap_or(0)),
-                );
+                // None: the statement wrote its own CommandComplete (e.g. COPY TO).
+                if let Some(n) = rows {
+                    backend::write_command_complete(cx.out, &select_tag(&prepared.plan, n));
+                }
                 Ok(())
             }
             Err(e) => {
@@ -655,6 +745,122 @@ impl Frontend {
                 Err(e)
             }
         }
+    }
+
+    /// Run a statement over tables at the compute. Returns the row count for statements whose
+    /// tag carries one (SELECT, INSERT/UPDATE/DELETE), None when it wrote its own tag.
+    async fn run_table(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        plan: Arc<TablePlan>,
+        params: &[Value],
+        sink: RowSink<'_>,
+        mark: usize,
+    ) -> Result<Option<u64>, PgError> {
+        let in_block = *cx.tx != TransactionStatus::Idle;
+        let session = &mut *cx.session;
+        session.statement_timestamp_us = now_pg_us();
+        let shard = self.dispatcher.shard_id;
+        // The first table statement of a block fixes its snapshot.
+        if in_block && session.block.is_none() {
+            session.block = Some(Block {
+                snapshot: self.shared.frontiers.read(shard),
+                tx: self.new_tx(),
+                wrote: false,
+            });
+        }
+        let (formats, mut encoded): (&[Format], Option<&mut Vec<u8>>) = match sink {
+            RowSink::Write { formats } => (formats, None),
+            RowSink::Encoded { buf, formats } => (formats, Some(buf)),
+        };
+        let formats = formats.to_vec();
+        let reply = match &*plan {
+            TablePlan::Select(_) | TablePlan::CopyTo { .. } => {
+                let view = match session.block {
+                    Some(b) => View {
+                        ts: b.snapshot,
+                        tx: b.wrote.then_some(b.tx),
+                    },
+                    None => View::at(self.shared.frontiers.read(shard)),
+                };
+                let request = Request::Peek {
+                    plan: plan.clone(),
+                    params: params.to_vec(),
+                    view,
+                    session: session.snapshot(),
+                    formats,
+                };
+                self.dispatcher.call(request).await
+            }
+            TablePlan::Insert(_)
+            | TablePlan::Update(_)
+            | TablePlan::Delete(_)
+            | TablePlan::Truncate { .. } => {
+                let (tx, autocommit) = match &mut session.block {
+                    Some(b) => {
+                        b.wrote = true;
+                        (b.tx, false)
+                    }
+                    None => (self.new_tx(), true),
+                };
+                let request = Request::Write {
+                    tx,
+                    plan: plan.clone(),
+                    params: params.to_vec(),
+                    copy_rows: Vec::new(),
+                    session: session.snapshot(),
+                    formats,
+                    autocommit,
+                };
+                self.dispatcher.call(request).await
+            }
+            TablePlan::CopyFrom { .. } => {
+                return Err(PgError::new(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "COPY FROM STDIN is not supported by ringwire yet",
+                ))
+            }
+            TablePlan::CreateTable { .. }
+            | TablePlan::CreateIndex { .. }
+            | TablePlan::DropTable { .. }
+            | TablePlan::DropIndex { .. } => {
+                self.dispatcher
+                    .call(Request::Ddl { plan: plan.clone() })
+                    .await
+            }
+        };
+        let answer = reply.inspect_err(|_| cx.out.truncate(mark))?;
+        for notice in &answer.notices {
+            backend::write_notice(cx.out, notice);
+        }
+        let tag = match &*plan {
+            TablePlan::Select(_)
+            | TablePlan::Insert(_)
+            | TablePlan::Update(_)
+            | TablePlan::Delete(_) => {
+                match encoded.as_mut() {
+                    Some(buf) => buf.extend_from_slice(&answer.rows),
+                    None => cx.out.extend_from_slice(&answer.rows),
+                }
+                return Ok(Some(answer.count));
+            }
+            TablePlan::CopyTo { source, format } => {
+                // PostgreSQL's CopyOutResponse says "text" (0) for CSV too.
+                let _ = format;
+                backend::write_copy_response(cx.out, b'H', Format::Text, source.columns.len());
+                cx.out.extend_from_slice(&answer.rows);
+                backend::write_copy_done(cx.out);
+                format!("COPY {}", answer.count)
+            }
+            TablePlan::Truncate { .. } => "TRUNCATE TABLE".to_string(),
+            TablePlan::CreateTable { .. } => "CREATE TABLE".to_string(),
+            TablePlan::CreateIndex { .. } => "CREATE INDEX".to_string(),
+            TablePlan::DropTable { .. } => "DROP TABLE".to_string(),
+            TablePlan::DropIndex { .. } => "DROP INDEX".to_string(),
+            TablePlan::CopyFrom { .. } => unreachable!("refused above"),
+        };
+        backend::write_command_complete(cx.out, &tag);
+        Ok(None)
     }
 
     /// Run a planned statement to completion (rows included), writing everything but the
@@ -674,17 +880,28 @@ impl Frontend {
         let mark = cx.out.len();
         let mut emit = |row: &[Value], out: &mut Vec<u8>, ctx: &TextContext| match &mut sink {
             RowSink::Write { formats } => write_data_row(row, &prepared.columns, formats, ctx, out),
-            RowSink::Collect(rows) => rows.push(row.to_vec()),
+            RowSink::Encoded { buf, formats } => {
+                write_data_row(row, &prepared.columns, formats, ctx, buf)
+            }
         };
         let tag: &str = match &prepared.plan {
             Plan::Empty => {
                 backend::write_empty_query_response(cx.out);
                 return Ok(None);
             }
+            Plan::Table(planned) => {
+                let plan = match prepared.folded.get() {
+                    Some(Ok(Folded::Table(folded))) => folded.clone(),
+                    Some(Err(e)) => return Err(e.clone()),
+                    _ => planned.clone(),
+                };
+                return self.run_table(cx, plan, params, sink, mark).await;
+            }
             Plan::Select(planned) => {
                 let select = match prepared.folded.get() {
-                    Some(folded) => folded.as_ref().map_err(Clone::clone)?,
-                    None => planned,
+                    Some(Ok(Folded::Const(folded))) => folded,
+                    Some(Err(e)) => return Err(e.clone()),
+                    _ => planned,
                 };
                 session.statement_timestamp_us = now_pg_us();
                 let session = &*session;
@@ -802,6 +1019,16 @@ impl Frontend {
                         ),
                     );
                 }
+                if let Some(block) = session.block.take() {
+                    if block.wrote {
+                        let request = if tag == "COMMIT" {
+                            Request::Commit { tx: block.tx }
+                        } else {
+                            Request::Abort { tx: block.tx }
+                        };
+                        self.dispatcher.call(request).await?;
+                    }
+                }
                 session
                     .settings
                     .end_transaction(tag == "COMMIT", &mut session.reports);
@@ -817,6 +1044,13 @@ impl Frontend {
                             "there is no transaction in progress",
                         ),
                     );
+                }
+                if let Some(block) = session.block.take() {
+                    if block.wrote {
+                        self.dispatcher
+                            .call(Request::Abort { tx: block.tx })
+                            .await?;
+                    }
                 }
                 session
                     .settings
@@ -865,7 +1099,8 @@ impl Frontend {
         let Some(stmt) = stmt else {
             return Ok(Prepared::new(Plan::Empty, param_types, vec![]));
         };
-        let (plan, columns) = plan_statement(stmt, &mut param_types, source, text, fold)?;
+        let (plan, columns) =
+            plan_statement(stmt, &self.catalog(), &mut param_types, source, text, fold)?;
         for t in param_types.iter_mut() {
             if t.scalar == Scalar::Unknown {
                 // PostgreSQL resolves a parameter nothing constrains to text.
@@ -880,6 +1115,13 @@ impl Frontend {
 fn select_tag(plan: &Plan, rows: u64) -> String {
     match plan {
         Plan::Show(_) | Plan::ShowAll => "SHOW".to_string(),
+        Plan::Table(p) => match &**p {
+            TablePlan::Insert(_) => format!("INSERT 0 {rows}"),
+            TablePlan::Update(_) => format!("UPDATE {rows}"),
+            TablePlan::Delete(_) => format!("DELETE {rows}"),
+            TablePlan::CopyFrom { .. } | TablePlan::CopyTo { .. } => format!("COPY {rows}"),
+            _ => format!("SELECT {rows}"),
+        },
         _ => format!("SELECT {rows}"),
     }
 }
@@ -888,9 +1130,24 @@ impl Engine for Frontend {
     type Session = Session;
     type Statement = Prepared;
     type Portal = Portal;
-    type Message = ();
+    type Message = Message;
 
-    fn on_message(&self, _msg: ()) {}
+    fn on_message(&self, msg: Message) {
+        self.dispatcher.on_message(msg);
+    }
+
+    fn close_session(&self, session: &mut Session) {
+        // A client gone mid-transaction: its writes are rolled back and its locks released.
+        if let Some(block) = session.block.take() {
+            if block.wrote {
+                let dispatcher = self.dispatcher.clone();
+                glommio::spawn_local(async move {
+                    let _ = dispatcher.call(Request::Abort { tx: block.tx }).await;
+                })
+                .detach();
+            }
+        }
+    }
 
     fn open_session(&self, start: &SessionStart<'_>) -> Result<Session, PgError> {
         let mut settings = Settings::new(start.user);
@@ -913,6 +1170,7 @@ impl Engine for Frontend {
             database: start.database.to_string(),
             process_id: start.process_id,
             statement_timestamp_us: 0,
+            block: None,
         })
     }
 
@@ -1078,7 +1336,7 @@ impl Engine for Frontend {
             params,
             formats,
             rows: None,
-            next_row: 0,
+            next_byte: 0,
             done: false,
         })
     }
@@ -1108,46 +1366,43 @@ impl Engine for Frontend {
         if portal.rows.is_none() {
             if max_rows == 0 || statement.columns.is_empty() {
                 // All rows in one go: encode them straight into the write buffer.
-                let rows = self
-                    .run(
-                        cx,
-                        &statement,
-                        &portal.params,
-                        RowSink::Write {
-                            formats: &portal.formats,
-                        },
-                    )
-                    .await?;
+                let sink = RowSink::Write {
+                    formats: &portal.formats,
+                };
+                let rows = self.run(cx, &statement, &portal.params, sink).await?;
                 portal.done = true;
                 if let Some(n) = rows {
                     backend::write_command_complete(cx.out, &select_tag(&statement.plan, n));
                 }
                 return Ok(Execution::Complete);
             }
-            let mut rows = Vec::new();
-            self.run(cx, &statement, &portal.params, RowSink::Collect(&mut rows))
-                .await?;
-            portal.rows = Some(rows);
+            let mut buf = Vec::new();
+            let sink = RowSink::Encoded {
+                buf: &mut buf,
+                formats: &portal.formats,
+            };
+            self.run(cx, &statement, &portal.params, sink).await?;
+            portal.rows = Some(buf);
         }
-        let rows = portal.rows.as_ref().expect("rows computed above");
-        let ctx = cx.session.settings.text_context();
-        let end = if max_rows == 0 {
-            rows.len()
-        } else {
-            (portal.next_row + max_rows as usize).min(rows.len())
-        };
-        for row in &rows[portal.next_row..end] {
-            write_data_row(row, &statement.columns, &portal.formats, ctx, cx.out);
+        let rows = portal.rows.as_deref().expect("rows computed above");
+        // Hand out up to max_rows DataRow frames (each is 'D', length, body).
+        let mut sent = 0u64;
+        let start = portal.next_byte;
+        while portal.next_byte < rows.len() && (max_rows == 0 || sent < max_rows as u64) {
+            let at = portal.next_byte;
+            let len = u32::from_be_bytes([rows[at + 1], rows[at + 2], rows[at + 3], rows[at + 4]])
+                as usize;
+            portal.next_byte = at + 1 + len;
+            sent += 1;
         }
-        let sent = end - portal.next_row;
-        portal.next_row = end;
+        cx.out.extend_from_slice(&rows[start..portal.next_byte]);
         // Like PostgreSQL, suspend whenever the row limit is reached, without looking ahead: a
         // portal whose last row was just sent completes on the next Execute with "SELECT 0".
-        if max_rows != 0 && sent == max_rows as usize {
+        if max_rows != 0 && sent == max_rows as u64 {
             return Ok(Execution::Suspended);
         }
         portal.done = true;
-        backend::write_command_complete(cx.out, &select_tag(&statement.plan, sent as u64));
+        backend::write_command_complete(cx.out, &select_tag(&statement.plan, sent));
         Ok(Execution::Complete)
     }
 

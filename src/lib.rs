@@ -10,6 +10,7 @@
 //! writes RowDescription/DataRow/CommandComplete into the connection's write buffer.
 
 pub mod compute;
+pub mod dispatch;
 pub mod engine;
 pub mod settings;
 pub mod sql;

@@ -157,7 +157,10 @@ fn main() -> ExitCode {
         config.auth,
         config.max_connections
     );
-    match shards::runtime::run(config, listeners, |_mesh| Frontend::new()) {
+    let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
+    match shards::runtime::run(config, listeners, move |mesh| {
+        Frontend::new(mesh, shared.clone())
+    }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ringwire: {e}");

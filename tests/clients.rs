@@ -196,7 +196,7 @@ async fn tokio_postgres_prepared_binary_and_errors() {
     let err = client.simple_query("selec 1").await.unwrap_err();
     assert_eq!(err.code(), Some(&SqlState::SYNTAX_ERROR));
     let err = client
-        .simple_query("create table t (a int)")
+        .simple_query("create view v as select 1")
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
@@ -271,7 +271,10 @@ async fn transactions_settings_and_backend_pid() {
         let simple = client.simple_query(q).await.unwrap();
         assert!(matches!(&simple[1], SimpleQueryMessage::Row(r) if r.get(0) == Some("t")));
     }
-    client.batch_execute("set timezone = 'Europe/Berlin'").await.unwrap();
+    client
+        .batch_execute("set timezone = 'Europe/Berlin'")
+        .await
+        .unwrap();
     assert!(!client.query_one(q, &[]).await.unwrap().get::<_, bool>(0));
     let simple = client.simple_query(q).await.unwrap();
     assert!(matches!(&simple[1], SimpleQueryMessage::Row(r) if r.get(0) == Some("f")));

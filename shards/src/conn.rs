@@ -392,6 +392,17 @@ impl<E: Engine> Conn<E> {
         mut self,
         stream: &mut S,
         rbuf: &mut ReadBuf,
+        out: Vec<u8>,
+    ) -> End {
+        let end = self.serve_queries(stream, rbuf, out).await;
+        self.shard.engine.close_session(&mut self.session);
+        end
+    }
+
+    async fn serve_queries<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut S,
+        rbuf: &mut ReadBuf,
         mut out: Vec<u8>,
     ) -> End {
         let max = self.shard.config.max_message_bytes;

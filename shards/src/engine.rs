@@ -127,6 +127,9 @@ pub trait Engine: 'static {
     /// `options=-c ...`, `TimeZone`...). An error is sent as FATAL and the connection closes.
     fn open_session(&self, start: &SessionStart<'_>) -> Result<Self::Session, PgError>;
 
+    /// The connection ended (for any reason): release what the session holds elsewhere.
+    fn close_session(&self, session: &mut Self::Session);
+
     /// Append the ParameterStatus messages sent at startup.
     fn write_startup_parameters(&self, session: &Self::Session, out: &mut Vec<u8>);
 

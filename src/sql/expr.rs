@@ -55,6 +55,9 @@ pub struct PlanCtx<'a> {
     /// clears this and [`ConstSelect::folded`] runs at Bind: `select 1/0` then fails at Bind,
     /// after ParseComplete, as in PostgreSQL.
     pub fold: bool,
+    /// Takes over function calls before scalar resolution (the table planner plans aggregate
+    /// calls through it). None: every call is a scalar function.
+    pub hook: Option<&'a dyn FunctionHook>,
 }
 
 impl<'a> PlanCtx<'a> {
@@ -65,6 +68,7 @@ impl<'a> PlanCtx<'a> {
             source,
             text: None,
             fold: true,
+            hook: None,
         }
     }
 
@@ -78,6 +82,260 @@ impl<'a> PlanCtx<'a> {
     pub fn with_text_context(mut self, text: &'a TextContext) -> PlanCtx<'a> {
         self.text = Some(text);
         self
+    }
+}
+
+/// Lets a caller plan some function calls itself: consulted for every function call before
+/// it is resolved as a scalar function (the table planner plans aggregates through it).
+pub trait FunctionHook {
+    /// `Ok(None)` lets ordinary planning continue. `ctx` is the context the call is planned in
+    /// (same parameters, columns and hook), so arguments can be planned with
+    /// [`PlanCtx::plan_scalar`].
+    fn plan_function(
+        &self,
+        f: &ast::Function,
+        whole: &ast::Expr,
+        ctx: &mut PlanCtx,
+    ) -> Result<Option<TypedExpr>, PgError>;
+}
+
+impl PlanCtx<'_> {
+    /// Plans one expression, folding constants only if [`PlanCtx::fold`] is set (table plans
+    /// made at Parse are folded at Bind with [`fold_expr`]).
+    pub fn plan_scalar(&mut self, expr: &ast::Expr) -> Result<TypedExpr, PgError> {
+        let planned = self.plan(expr)?;
+        if self.fold {
+            fold(planned, None)
+        } else {
+            Ok(planned)
+        }
+    }
+
+    /// 1-based character position of `loc` in the statement text (None without text).
+    pub fn position_of(&self, loc: Location) -> Option<u32> {
+        self.char_position(loc)
+    }
+
+    /// `err` pointing at the start of `at`, unless it already has a position.
+    pub fn error_at(&self, err: PgError, at: &ast::Expr) -> PgError {
+        self.err_at(err, At::Start(at))
+    }
+
+    /// `err` pointing at `loc`, unless it already has a position.
+    pub fn error_at_location(&self, err: PgError, loc: Location) -> PgError {
+        self.err_at(err, At::Loc(loc))
+    }
+
+    /// Coerces an argument that must be boolean (`WHERE`, `HAVING`): 42804 otherwise.
+    pub fn coerce_to_boolean(
+        &mut self,
+        e: TypedExpr,
+        construct: &str,
+        ast: &ast::Expr,
+    ) -> Result<TypedExpr, PgError> {
+        self.coerce_to_bool(e, construct, ast)
+    }
+
+    /// An unknown-typed output column (a select item, RETURNING item) becomes text, as
+    /// PostgreSQL's `resolveTargetListUnknowns` does after the whole statement is analysed.
+    pub fn resolve_output_type(&mut self, e: TypedExpr) -> Result<TypedExpr, PgError> {
+        self.resolve_unknown_output(e)
+    }
+
+    /// A LIMIT or OFFSET argument (`what`): coerced to int8, 42804 if it cannot be.
+    pub fn limit_argument(
+        &mut self,
+        e: TypedExpr,
+        what: &str,
+        ast: &ast::Expr,
+    ) -> Result<TypedExpr, PgError> {
+        self.limit_expr(e, what, ast)
+    }
+
+    /// PostgreSQL's assignment coercion (`coerce_to_target_type` with `COERCION_ASSIGNMENT`),
+    /// as INSERT, UPDATE and column defaults apply it: implicit casts, the assignment casts of
+    /// `pg_cast` (int8 -> int4, numeric -> int4 rounding, timestamptz -> timestamp, ...), and
+    /// I/O conversion to the string types. Untyped literals are read as `to` now (so
+    /// `'abc'` into an integer fails here with 22P02, pointing at the literal) and untyped
+    /// parameters take the type `to`. `Ok(None)`: no assignment cast exists; the caller
+    /// reports it in its own words (42804 `column "x" is of type ...`).
+    pub fn coerce_assignment(
+        &mut self,
+        e: TypedExpr,
+        to: Type,
+    ) -> Result<Option<TypedExpr>, PgError> {
+        let from = match e.node {
+            Node::Param(i) => self.params[i],
+            _ => e.ty,
+        };
+        if !assignment_cast_allowed(from, to) {
+            return Ok(None);
+        }
+        let coerced = self.coerce(e, to, Typmod::None)?;
+        if self.fold {
+            fold(coerced, None).map(Some)
+        } else {
+            Ok(Some(coerced))
+        }
+    }
+
+    /// Resolves aggregate `name` (`sum`, `avg`, `min`, `max`) for its one argument, as
+    /// PostgreSQL's function resolution does over `pg_aggregate`'s signatures: returns the
+    /// argument coerced to the chosen signature's input type and the result type. Errors are
+    /// PostgreSQL's 42883 / 42725, pointing at `at`.
+    pub fn resolve_aggregate(
+        &mut self,
+        name: &str,
+        arg: TypedExpr,
+        at: Location,
+    ) -> Result<(TypedExpr, Type), PgError> {
+        let sigs = aggregate_sigs(name);
+        let inputs = [arg.ty];
+        let sig = match Self::resolve(&inputs, sigs) {
+            Resolved::One(s) => *s,
+            Resolved::None => {
+                return Err(self.err_at(undefined_function(name, &inputs), At::Loc(at)))
+            }
+            Resolved::Ambiguous => {
+                let err = PgError::new(
+                    SqlState::AMBIGUOUS_FUNCTION,
+                    format!(
+                        "function {} is not unique",
+                        function_signature(name, &inputs)
+                    ),
+                )
+                .with_hint(
+                    "Could not choose a best candidate function. You might need to add \
+                     explicit type casts.",
+                );
+                return Err(self.err_at(err, At::Loc(at)));
+            }
+        };
+        let arg = self.coerce_implicit(arg, sig.args()[0])?;
+        Ok((arg, sig.ret))
+    }
+}
+
+/// 1-based character position (PostgreSQL's error `position`) of a sqlparser location in
+/// the statement text `source`; None when the location is unknown (line 0) or past the text.
+pub fn source_position(source: &str, loc: Location) -> Option<u32> {
+    if loc.line == 0 || source.is_empty() {
+        return None;
+    }
+    let mut line = 1u64;
+    let mut pos = 0u32;
+    for c in source.chars() {
+        if line == loc.line {
+            break;
+        }
+        pos += 1;
+        if c == '\n' {
+            line += 1;
+        }
+    }
+    if line != loc.line {
+        return None;
+    }
+    Some(pos + loc.column as u32)
+}
+
+/// Folds the constant immutable parts of an expression planned without folding
+/// (PostgreSQL's `eval_const_expressions`, as [`ConstSelect::folded`] does for constant
+/// SELECTs).
+pub fn fold_expr(e: TypedExpr) -> Result<TypedExpr, PgError> {
+    fold(e, None)
+}
+
+/// Maps a sqlparser type name to a column type, ignoring any length or precision modifier
+/// (`varchar(10)` is varchar). 42704 `type "x" does not exist` for names ringwire lacks.
+pub fn column_type(dt: &ast::DataType) -> Result<Type, PgError> {
+    resolve_data_type(dt).map(|(t, _)| t)
+}
+
+/// Can a value of `from` be assigned to a column of type `to` (`COERCION_ASSIGNMENT`)?
+fn assignment_cast_allowed(from: Type, to: Type) -> bool {
+    use Scalar::*;
+    if can_coerce_implicit(from, to) {
+        return true;
+    }
+    // Automatic I/O conversion to a string type is allowed in assignment context.
+    if is_string(to) && from != VOID {
+        return true;
+    }
+    if from.array && to.array {
+        return assignment_cast_allowed(from.element(), to.element());
+    }
+    if from.array || to.array {
+        return false;
+    }
+    matches!(
+        (from.scalar, to.scalar),
+        (Int8, Int2 | Int4)
+            | (Int4, Int2)
+            | (Float4, Int2 | Int4 | Int8 | Numeric)
+            | (Float8, Int2 | Int4 | Int8 | Float4 | Numeric)
+            | (Numeric, Int2 | Int4 | Int8)
+            | (Timestamp, Date | Time)
+            | (Timestamptz, Date | Time | Timestamp)
+            | (Interval, Time)
+            | (Json, Jsonb)
+            | (Jsonb, Json)
+    )
+}
+
+/// Signatures of the aggregates the table planner supports besides `count` (which accepts
+/// any argument), with PostgreSQL's result types.
+fn aggregate_sigs(name: &str) -> &'static [Sig] {
+    static TABLE: std::sync::OnceLock<SigTable> = std::sync::OnceLock::new();
+    lookup_sigs(
+        &TABLE,
+        &["sum", "avg", "min", "max"],
+        build_aggregate_sigs,
+        name,
+    )
+}
+
+fn build_aggregate_sigs(name: &str) -> Vec<Sig> {
+    // The implementation is the executor's; `Identity` only fills the slot.
+    let sig = |arg: Type, ret: Type| Sig::new(&[arg], ret, Imp::Identity);
+    match name {
+        "sum" => vec![
+            sig(INT2, INT8),
+            sig(INT4, INT8),
+            sig(INT8, NUMERIC),
+            sig(FLOAT4, FLOAT4),
+            sig(FLOAT8, FLOAT8),
+            sig(NUMERIC, NUMERIC),
+            sig(INTERVAL, INTERVAL),
+        ],
+        "avg" => vec![
+            sig(INT2, NUMERIC),
+            sig(INT4, NUMERIC),
+            sig(INT8, NUMERIC),
+            sig(FLOAT4, FLOAT8),
+            sig(FLOAT8, FLOAT8),
+            sig(NUMERIC, NUMERIC),
+            sig(INTERVAL, INTERVAL),
+        ],
+        "min" | "max" => [
+            INT2,
+            INT4,
+            INT8,
+            FLOAT4,
+            FLOAT8,
+            NUMERIC,
+            TEXT,
+            BPCHAR,
+            DATE,
+            TIME,
+            TIMESTAMP,
+            TIMESTAMPTZ,
+            INTERVAL,
+        ]
+        .into_iter()
+        .map(|t| sig(t, t))
+        .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -96,8 +354,17 @@ pub trait ColumnResolver {
 pub struct TypedExpr {
     pub ty: Type,
     node: Node,
-    /// Source location of a literal, for errors raised when it is coerced (line 0 = unknown).
+    /// Source location of a literal or column reference: for errors raised when a literal is
+    /// coerced, or about a column (line 0 = unknown).
     loc: Location,
+}
+
+/// Structural equality, as PostgreSQL's `equal()` compares analysed expressions (GROUP BY
+/// and ORDER BY matching): types and trees, not where they were written.
+impl PartialEq for TypedExpr {
+    fn eq(&self, other: &TypedExpr) -> bool {
+        self.ty == other.ty && self.node == other.node
+    }
 }
 
 /// Session state the evaluator may read.
@@ -148,6 +415,203 @@ impl TypedExpr {
     /// True if the expression is a constant (after folding); `eval` then needs no inputs.
     pub fn is_const(&self) -> bool {
         matches!(self.node, Node::Const(_))
+    }
+
+    /// A reference to position `index` of the row the expression is evaluated over.
+    pub fn column(index: usize, ty: Type) -> TypedExpr {
+        TypedExpr::new(ty, Node::Column(index))
+    }
+
+    /// A constant of type `ty`.
+    pub fn constant(ty: Type, v: Value) -> TypedExpr {
+        TypedExpr::konst(ty, v)
+    }
+
+    /// The value, if the expression is a constant.
+    pub fn const_value(&self) -> Option<&Value> {
+        match &self.node {
+            Node::Const(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The row position, if the expression is a bare column reference.
+    pub fn as_column(&self) -> Option<usize> {
+        match self.node {
+            Node::Column(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Where in the statement a column reference or literal was written (line 0: unknown).
+    pub fn location(&self) -> Location {
+        self.loc
+    }
+
+    /// This expression, noted as written at `loc` (for errors that point at it).
+    pub fn with_location(mut self, loc: Location) -> TypedExpr {
+        self.loc = loc;
+        self
+    }
+
+    /// Every column reference in the tree, in evaluation-tree order, with where it was
+    /// written.
+    pub(crate) fn column_refs(&self) -> Vec<(usize, Location)> {
+        let mut out = Vec::new();
+        self.walk(&mut |e| {
+            if let Node::Column(i) = e.node {
+                out.push((i, e.loc));
+            }
+        });
+        out
+    }
+
+    /// This expression cast to `to` without checks: for binary-compatible retyping only
+    /// (text <-> varchar, where the value is the same).
+    pub(crate) fn relabel(self, to: Type) -> TypedExpr {
+        if self.ty == to {
+            return self;
+        }
+        if let Node::Const(v) = self.node {
+            return TypedExpr {
+                ty: to,
+                node: Node::Const(v),
+                loc: self.loc,
+            };
+        }
+        TypedExpr::new(
+            to,
+            Node::Cast {
+                arg: Box::new(self),
+                typmod: Typmod::None,
+            },
+        )
+    }
+
+    /// The top-level conjuncts: the arguments of an AND (AND chains are flattened while
+    /// planning), else the expression itself.
+    pub(crate) fn conjuncts(&self) -> Vec<&TypedExpr> {
+        match &self.node {
+            Node::And(args) => args.iter().collect(),
+            _ => vec![self],
+        }
+    }
+
+    /// `l op r` for a built-in comparison operator (operands already coerced to the type
+    /// it compares in).
+    pub(crate) fn as_comparison(&self) -> Option<(CmpOp, &TypedExpr, &TypedExpr)> {
+        match &self.node {
+            Node::Op {
+                imp: Imp::Cmp(op),
+                args,
+            } if args.len() == 2 => Some((*op, &args[0], &args[1])),
+            _ => None,
+        }
+    }
+
+    /// A cast without modifier: the cast expression.
+    pub(crate) fn as_cast(&self) -> Option<&TypedExpr> {
+        match &self.node {
+            Node::Cast {
+                arg,
+                typmod: Typmod::None,
+            } => Some(arg),
+            _ => None,
+        }
+    }
+
+    /// Any column reference anywhere in the tree.
+    pub(crate) fn references_columns(&self) -> bool {
+        let mut found = false;
+        self.walk(&mut |e| found |= matches!(e.node, Node::Column(_)));
+        found
+    }
+
+    /// Calls something whose result may change within one statement (`random()`,
+    /// `clock_timestamp()`, `pg_sleep`): must be evaluated per row, never once as an index key.
+    pub(crate) fn is_volatile(&self) -> bool {
+        let mut found = false;
+        self.walk(&mut |e| {
+            if let Node::Op {
+                imp: Imp::Func(f), ..
+            } = e.node
+            {
+                found |= f.volatile();
+            }
+        });
+        found
+    }
+
+    /// Rewrites the tree top-down: where `f` returns a replacement the subtree is replaced
+    /// (and not visited further); elsewhere the children are visited.
+    pub(crate) fn replace_subtrees(
+        self,
+        f: &mut dyn FnMut(&TypedExpr) -> Result<Option<TypedExpr>, PgError>,
+    ) -> Result<TypedExpr, PgError> {
+        if let Some(r) = f(&self)? {
+            return Ok(r);
+        }
+        let TypedExpr { ty, node, loc } = self;
+        let mut go = |e: TypedExpr| e.replace_subtrees(f);
+        let node = match node {
+            n @ (Node::Const(_) | Node::Param(_) | Node::Column(_) | Node::CaseTest) => n,
+            Node::Let { value, body } => Node::Let {
+                value: Box::new(go(*value)?),
+                body: Box::new(go(*body)?),
+            },
+            Node::Op { imp, args } => Node::Op {
+                imp,
+                args: args.into_iter().map(&mut go).collect::<Result<_, _>>()?,
+            },
+            Node::Cast { arg, typmod } => Node::Cast {
+                arg: Box::new(go(*arg)?),
+                typmod,
+            },
+            Node::Not(arg) => Node::Not(Box::new(go(*arg)?)),
+            Node::And(args) => Node::And(args.into_iter().map(&mut go).collect::<Result<_, _>>()?),
+            Node::Or(args) => Node::Or(args.into_iter().map(&mut go).collect::<Result<_, _>>()?),
+            Node::IsNull { arg, negated } => Node::IsNull {
+                arg: Box::new(go(*arg)?),
+                negated,
+            },
+            Node::BoolTest { arg, test } => Node::BoolTest {
+                arg: Box::new(go(*arg)?),
+                test,
+            },
+            Node::Distinct { args, negated } => {
+                let [a, b] = *args;
+                Node::Distinct {
+                    args: Box::new([go(a)?, go(b)?]),
+                    negated,
+                }
+            }
+            Node::Case { whens, otherwise } => Node::Case {
+                whens: whens
+                    .into_iter()
+                    .map(|(c, r)| Ok((go(c)?, go(r)?)))
+                    .collect::<Result<_, PgError>>()?,
+                otherwise: Box::new(go(*otherwise)?),
+            },
+            Node::Coalesce(args) => {
+                Node::Coalesce(args.into_iter().map(&mut go).collect::<Result<_, _>>()?)
+            }
+            Node::MinMax { greatest, args } => Node::MinMax {
+                greatest,
+                args: args.into_iter().map(&mut go).collect::<Result<_, _>>()?,
+            },
+            Node::Array(args) => {
+                Node::Array(args.into_iter().map(&mut go).collect::<Result<_, _>>()?)
+            }
+            Node::AnyAll { op, all, args } => {
+                let [a, b] = *args;
+                Node::AnyAll {
+                    op,
+                    all,
+                    args: Box::new([go(a)?, go(b)?]),
+                }
+            }
+        };
+        Ok(TypedExpr { ty, node, loc })
     }
 
     /// Re-reads parameter types after planning finished: an occurrence of `$n` planned while
@@ -713,7 +1177,7 @@ enum BoolTest {
     NotUnknown,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 enum Node {
     Const(Value),
     Param(usize),
@@ -788,6 +1252,37 @@ impl TypedExpr {
             self.node,
             Node::Const(_) | Node::Param(_) | Node::Column(_) | Node::CaseTest
         )
+    }
+
+    fn walk(&self, f: &mut dyn FnMut(&TypedExpr)) {
+        f(self);
+        match &self.node {
+            Node::Const(_) | Node::Param(_) | Node::Column(_) | Node::CaseTest => {}
+            Node::Let { value, body } => {
+                value.walk(f);
+                body.walk(f);
+            }
+            Node::Op { args, .. }
+            | Node::And(args)
+            | Node::Or(args)
+            | Node::Coalesce(args)
+            | Node::MinMax { args, .. }
+            | Node::Array(args) => args.iter().for_each(|a| a.walk(f)),
+            Node::Cast { arg, .. }
+            | Node::Not(arg)
+            | Node::IsNull { arg, .. }
+            | Node::BoolTest { arg, .. } => arg.walk(f),
+            Node::Distinct { args, .. } | Node::AnyAll { args, .. } => {
+                args.iter().for_each(|a| a.walk(f))
+            }
+            Node::Case { whens, otherwise } => {
+                for (c, r) in whens {
+                    c.walk(f);
+                    r.walk(f);
+                }
+                otherwise.walk(f);
+            }
+        }
     }
 
     fn walk_mut(&mut self, f: &mut dyn FnMut(&mut TypedExpr)) {
@@ -972,24 +1467,7 @@ enum Resolved<'s> {
 impl PlanCtx<'_> {
     /// 1-based character offset of a sqlparser location in `source`.
     fn char_position(&self, loc: Location) -> Option<u32> {
-        if loc.line == 0 || self.source.is_empty() {
-            return None;
-        }
-        let mut line = 1u64;
-        let mut pos = 0u32;
-        for c in self.source.chars() {
-            if line == loc.line {
-                break;
-            }
-            pos += 1;
-            if c == '\n' {
-                line += 1;
-            }
-        }
-        if line != loc.line {
-            return None;
-        }
-        Some(pos + loc.column as u32)
+        source_position(self.source, loc)
     }
 
     fn position(&self, at: At) -> Option<u32> {
@@ -1905,7 +2383,9 @@ impl PlanCtx<'_> {
             let (i, ty) = resolver
                 .resolve(ids)
                 .map_err(|e| self.err_at(e, At::Start(expr)))?;
-            return Ok(TypedExpr::new(ty, Node::Column(i)));
+            let mut e = TypedExpr::new(ty, Node::Column(i));
+            e.loc = expr.span().start;
+            return Ok(e);
         }
         let name: Vec<String> = ids.iter().map(ident_name).collect();
         let err = if ids.len() > 1 {
@@ -2469,6 +2949,11 @@ impl PlanCtx<'_> {
                 ))
             }
         };
+        if let Some(hook) = self.hook {
+            if let Some(planned) = hook.plan_function(f, whole, self)? {
+                return Ok(planned);
+            }
+        }
         if f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
             return Err(feature_not_supported("window and aggregate functions"));
         }
@@ -2703,14 +3188,15 @@ impl PlanCtx<'_> {
         what: &str,
         a: &ast::Expr,
     ) -> Result<TypedExpr, PgError> {
-        if !can_coerce_implicit(e.ty, INT8) {
+        // PostgreSQL coerces LIMIT/OFFSET arguments with assignment rules (`limit 1.5` is 2).
+        if !assignment_cast_allowed(e.ty, INT8) {
             let err = datatype_mismatch(format!(
                 "argument of {what} must be type bigint, not type {}",
                 type_display_name(e.ty)
             ));
             return Err(self.err_at(err, At::Start(a)));
         }
-        let e = self.coerce_implicit(e, INT8)?;
+        let e = self.coerce(e, INT8, Typmod::None)?;
         fold(e, None)
     }
 
@@ -3046,10 +3532,28 @@ fn resolve_data_type(dt: &ast::DataType) -> Result<(Type, Typmod), PgError> {
             let schema_ok = name.0.len() == 1
                 || (name.0.len() == 2 && name.0[0].to_string().eq_ignore_ascii_case("pg_catalog"));
             let ty = if schema_ok { custom_type(&last) } else { None };
+            if let [ast::ObjectNamePart::Identifier(schema), _] = name.0.as_slice() {
+                let schema = ident_name(schema);
+                if schema != "pg_catalog" && schema != "public" {
+                    return Err(PgError::new(
+                        SqlState(*b"3F000"),
+                        format!("schema \"{schema}\" does not exist"),
+                    ));
+                }
+            }
             let Some(ty) = ty else {
+                // PostgreSQL names the type as it was read: unquoted parts lowercased.
+                let written: Vec<String> = name
+                    .0
+                    .iter()
+                    .map(|p| match p {
+                        ast::ObjectNamePart::Identifier(id) => ident_name(id),
+                        ast::ObjectNamePart::Function(f) => ident_name(&f.name),
+                    })
+                    .collect();
                 return Err(PgError::new(
                     SqlState::UNDEFINED_OBJECT,
-                    format!("type \"{name}\" does not exist"),
+                    format!("type \"{}\" does not exist", written.join(".")),
                 ));
             };
             let typmod = match (ty.scalar, mods.as_slice()) {
@@ -5328,6 +5832,7 @@ mod tests {
             source: sql,
             text: None,
             fold: true,
+            hook: None,
         };
         let session = Session {
             text: TextContext::default(),

@@ -85,6 +85,15 @@ impl Func {
         !matches!(self, Func::Concat | Func::ConcatWs)
     }
 
+    /// Volatile in PostgreSQL's sense: may return a different result within one statement,
+    /// so it is evaluated per row and never once as an index key.
+    pub(crate) fn volatile(self) -> bool {
+        matches!(
+            self,
+            Func::Sleep | Func::ClockTimestamp | Func::Random | Func::GenRandomUuid
+        )
+    }
+
     /// Immutable in PostgreSQL's sense and independent of the session: safe to fold.
     pub(crate) fn immutable(self) -> bool {
         !matches!(

@@ -1,2 +1,4 @@
-//! SQL expressions: planning with PostgreSQL typing rules, then evaluation.
+//! SQL planning: typed expressions with PostgreSQL's typing rules ([`expr`]), and statements
+//! over tables planned into the compute's plans ([`plan`]).
 pub mod expr;
+pub mod plan;
