@@ -37,7 +37,7 @@ use shards::runtime::Mesh;
 
 use crate::compute::exec;
 use crate::compute::storage::{Table, View};
-use crate::compute::{TableDef, TableId, TableRef, Timestamp, TxId};
+use crate::compute::{IndexDef, TableDef, TableId, TableRef, Timestamp, TxId};
 use crate::sql::expr::SessionInfo;
 use crate::sql::plan::{self, TablePlan};
 
@@ -153,6 +153,12 @@ pub enum Request {
     },
     Ddl {
         plan: Arc<TablePlan>,
+    },
+    /// Add an index (or the primary key) to a table that may hold rows.
+    AddIndex {
+        table: String,
+        index: IndexDef,
+        primary: bool,
     },
 }
 
@@ -308,6 +314,15 @@ impl Compute {
                 Ok(Answer::default())
             }
             Request::Ddl { plan } => self.ddl(&plan).await,
+            Request::AddIndex {
+                table,
+                index,
+                primary,
+            } => {
+                self.add_index(&table, index, primary).await?;
+                self.shared.catalog_version.fetch_add(1, Ordering::AcqRel);
+                Ok(Answer::default())
+            }
         }
     }
 
@@ -610,45 +625,20 @@ impl Compute {
                 index,
                 if_not_exists,
             } => {
-                let mut catalog = self
+                let exists = self
                     .shared
                     .catalog
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner());
-                if catalog.relation_exists_name(&index.name) {
-                    if *if_not_exists {
-                        answer.notices.push(notice(format!(
-                            "relation \"{}\" already exists, skipping",
-                            index.name
-                        )));
-                        return Ok(answer);
-                    }
-                    return Err(PgError::new(
-                        SqlState(*b"42P07"),
-                        format!("relation \"{}\" already exists", index.name),
-                    ));
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .relation_exists_name(&index.name);
+                if exists && *if_not_exists {
+                    answer.notices.push(notice(format!(
+                        "relation \"{}\" already exists, skipping",
+                        index.name
+                    )));
+                    return Ok(answer);
                 }
-                let def = catalog
-                    .tables
-                    .get(table)
-                    .cloned()
-                    .ok_or_else(|| no_such_table(table))?;
-                let mut tables = self.tables.borrow_mut();
-                let empty = tables
-                    .get(&def.id)
-                    .is_some_and(|t| t.len_at(View::LATEST) == 0 && t.version_count() == 0);
-                if !empty {
-                    return Err(PgError::new(
-                        SqlState::FEATURE_NOT_SUPPORTED,
-                        "CREATE INDEX on a table that already has rows is not supported by ringwire yet",
-                    ));
-                }
-                let mut new_def = (*def).clone();
-                new_def.indexes.push(index.clone());
-                let new_def = Arc::new(new_def);
-                tables.insert(def.id, Table::new(new_def.clone()));
-                catalog.indexes.insert(index.name.clone(), table.clone());
-                catalog.tables.insert(table.clone(), new_def);
+                self.add_index(table, index.clone(), false).await?;
             }
             _ => {
                 return Err(PgError::new(
@@ -659,6 +649,90 @@ impl Compute {
         }
         self.shared.catalog_version.fetch_add(1, Ordering::AcqRel);
         Ok(answer)
+    }
+}
+
+impl Compute {
+    /// Rebuild `table` with one more index (or its primary key) under the table's write lock:
+    /// the rows of the latest state are re-inserted into a new table, where the new index's
+    /// uniqueness (and, for a primary key, NOT NULL) is checked; on any error the old table
+    /// stays. The rebuilt rows are stamped with timestamp 0, so every snapshot sees them
+    /// (PostgreSQL blocks readers for this DDL; ringwire lets older snapshots read the rebuilt
+    /// table instead).
+    async fn add_index(&self, table: &str, index: IndexDef, primary: bool) -> Result<(), PgError> {
+        let def = {
+            let catalog = self
+                .shared
+                .catalog
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            if catalog.relation_exists_name(&index.name) {
+                return Err(PgError::new(
+                    SqlState(*b"42P07"),
+                    format!("relation \"{}\" already exists", index.name),
+                ));
+            }
+            catalog
+                .tables
+                .get(table)
+                .cloned()
+                .ok_or_else(|| no_such_table(table))?
+        };
+        let ddl_tx = u64::MAX - def.id as u64;
+        self.lock(def.id, ddl_tx).await?;
+        let result = self.rebuild_with_index(&def, index, primary);
+        // Release the DDL's lock whatever happened.
+        self.tx_tables.borrow_mut().remove(&ddl_tx);
+        self.locks.borrow_mut().remove(&def.id);
+        self.released.notify_all();
+        result
+    }
+
+    fn rebuild_with_index(
+        &self,
+        def: &TableRef,
+        index: IndexDef,
+        primary: bool,
+    ) -> Result<(), PgError> {
+        let mut new_def = (**def).clone();
+        if primary {
+            if new_def.primary_key.is_some() {
+                return Err(PgError::new(
+                    SqlState(*b"42P16"),
+                    format!(
+                        "multiple primary keys for table \"{}\" are not allowed",
+                        def.name
+                    ),
+                ));
+            }
+            for &c in &index.columns {
+                new_def.columns[c].not_null = true;
+            }
+            new_def.primary_key = Some(index.clone());
+        } else {
+            new_def.indexes.push(index.clone());
+        }
+        let new_def: TableRef = Arc::new(new_def);
+        let mut rebuilt = Table::new(new_def.clone());
+        let rebuild_tx = u64::MAX / 2 + def.id as u64;
+        {
+            let tables = self.tables.borrow();
+            let old = tables.get(&def.id).ok_or_else(dropped_table)?;
+            let ctx = TextContext::default();
+            for (_, row) in old.scan(View::LATEST) {
+                rebuilt.insert(rebuild_tx, row.to_vec(), &ctx)?;
+            }
+        }
+        rebuilt.commit(rebuild_tx, 0);
+        self.tables.borrow_mut().insert(def.id, rebuilt);
+        let mut catalog = self
+            .shared
+            .catalog
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        catalog.indexes.insert(index.name.clone(), def.name.clone());
+        catalog.tables.insert(def.name.clone(), new_def);
+        Ok(())
     }
 }
 

@@ -21,8 +21,9 @@ use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
 
+use crate::compute::exec;
 use crate::compute::storage::View;
-use crate::compute::TxId;
+use crate::compute::{IndexDef, TxId};
 use crate::dispatch::{Catalog, Dispatcher, Message, Request, SessionSnapshot, Shared};
 use crate::settings::Settings;
 use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo};
@@ -37,6 +38,14 @@ pub enum Plan {
     Select(ConstSelect),
     /// A statement over tables, run by the compute (see `dispatch`).
     Table(Arc<TablePlan>),
+    /// `ALTER TABLE t ADD [CONSTRAINT c] PRIMARY KEY (..) | UNIQUE (..)`.
+    AddConstraint {
+        table: String,
+        index: IndexDef,
+        primary: bool,
+    },
+    /// `VACUUM` / `ANALYZE`: nothing to do (versions are compacted by the compute).
+    Maintenance(&'static str),
     Set {
         name: String,
         value: Option<String>,
@@ -118,6 +127,10 @@ pub struct Session {
     statement_timestamp_us: i64,
     /// The open transaction block's snapshot and, once it wrote, its id at the compute.
     block: Option<Block>,
+    /// The COPY FROM STDIN whose data is being received.
+    pending_copy: Option<Arc<TablePlan>>,
+    /// Set while a simple Query runs (COPY FROM STDIN is only offered there).
+    in_simple_query: bool,
 }
 
 /// What a transaction block has done at the compute.
@@ -311,7 +324,45 @@ impl PlanCache {
 /// Parse statement text into sqlparser statements, mapping parse errors to 42601 with a
 /// position as PostgreSQL reports it.
 pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, PgError> {
-    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| syntax_error(sql, e))
+    Parser::parse_sql(&PostgreSqlDialect {}, sql).or_else(|e| {
+        // sqlparser 0.63 accepts COPY's boolean options only as TRUE/FALSE, PostgreSQL also as
+        // ON/OFF (pgbench -i sends `copy ... from stdin with (freeze on)`): retry with those
+        // spelled the way sqlparser takes them.
+        match copy_booleans_as_keywords(sql) {
+            Some(fixed) => {
+                Parser::parse_sql(&PostgreSqlDialect {}, &fixed).map_err(|_| syntax_error(sql, e))
+            }
+            None => Err(syntax_error(sql, e)),
+        }
+    })
+}
+
+/// `sql` with `on`/`off` after COPY's FREEZE/HEADER options rewritten to TRUE/FALSE, or None
+/// if it is not such a COPY.
+fn copy_booleans_as_keywords(sql: &str) -> Option<String> {
+    let lower = sql.to_ascii_lowercase();
+    if !lower.trim_start().starts_with("copy") {
+        return None;
+    }
+    let mut fixed = lower.clone();
+    for option in ["freeze", "header"] {
+        for (value, keyword) in [(" on", " true"), (" off", " false")] {
+            let pattern = format!("{option}{value}");
+            if let Some(i) = fixed.find(&pattern) {
+                let end = i + pattern.len();
+                if fixed[end..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| !c.is_ascii_alphanumeric() && c != '_')
+                {
+                    fixed.replace_range(i + option.len()..end, keyword);
+                }
+            }
+        }
+    }
+    // Identifiers were lowercased too, which is how PostgreSQL folds unquoted names; a COPY
+    // with quoted mixed-case names and ON/OFF options is left to fail as before.
+    (fixed != lower && !sql.contains('"')).then_some(fixed)
 }
 
 fn syntax_error(sql: &str, e: ParserError) -> PgError {
@@ -453,6 +504,15 @@ fn plan_statement(
     text: &TextContext,
     fold: bool,
 ) -> Result<(Plan, Vec<(String, Type)>), PgError> {
+    if let Statement::AlterTable(alter) = stmt {
+        return plan_add_constraint(alter, catalog).map(|p| (p, Vec::new()));
+    }
+    if let Statement::Vacuum(_) = stmt {
+        return Ok((Plan::Maintenance("VACUUM"), Vec::new()));
+    }
+    if let Statement::Analyze(_) = stmt {
+        return Ok((Plan::Maintenance("ANALYZE"), Vec::new()));
+    }
     if let Some(plan) = table_plan::plan_table_statement(stmt, catalog, params, source, text, fold)?
     {
         let columns = match &plan {
@@ -631,6 +691,99 @@ fn plan_statement(
             return Err(unsupported(&head));
         }
     })
+}
+
+/// `ALTER TABLE t ADD [CONSTRAINT c] PRIMARY KEY (cols)` or `UNIQUE (cols)`, the forms pgbench
+/// and schema migrations use; other ALTER TABLE forms are 0A000.
+fn plan_add_constraint(alter: &ast::AlterTable, catalog: &Catalog) -> Result<Plan, PgError> {
+    use table_plan::Catalog as _;
+    let name = alter
+        .name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(ident_folded)
+        .unwrap_or_default();
+    let def = catalog.table(&name).ok_or_else(|| {
+        PgError::new(
+            SqlState::UNDEFINED_TABLE,
+            format!("relation \"{name}\" does not exist"),
+        )
+    })?;
+    let [ast::AlterTableOperation::AddConstraint { constraint, .. }] = alter.operations.as_slice()
+    else {
+        return Err(unsupported("this ALTER TABLE form"));
+    };
+    let (constraint_name, columns, primary) = match constraint {
+        ast::TableConstraint::PrimaryKey(pk) => (pk.name.as_ref(), &pk.columns, true),
+        ast::TableConstraint::Unique(u) => (u.name.as_ref(), &u.columns, false),
+        _ => return Err(unsupported("this ALTER TABLE constraint")),
+    };
+    let mut positions = Vec::with_capacity(columns.len());
+    for c in columns {
+        let ast::Expr::Identifier(id) = &c.column.expr else {
+            return Err(unsupported("an expression in a constraint"));
+        };
+        let col = ident_folded(id);
+        let at = def.column_index(&col).ok_or_else(|| {
+            PgError::new(
+                SqlState::UNDEFINED_COLUMN,
+                format!("column \"{col}\" named in key does not exist"),
+            )
+        })?;
+        positions.push(at);
+    }
+    if primary && def.primary_key.is_some() {
+        return Err(PgError::new(
+            SqlState(*b"42P16"),
+            format!("multiple primary keys for table \"{name}\" are not allowed"),
+        ));
+    }
+    let index_name = match constraint_name {
+        Some(n) => ident_folded(n),
+        None if primary => format!("{name}_pkey"),
+        None => {
+            let cols: Vec<&str> = positions
+                .iter()
+                .map(|&i| def.columns[i].name.as_str())
+                .collect();
+            format!("{name}_{}_key", cols.join("_"))
+        }
+    };
+    Ok(Plan::AddConstraint {
+        table: name,
+        index: IndexDef {
+            name: index_name,
+            columns: positions,
+            unique: true,
+        },
+        primary,
+    })
+}
+
+/// `VACUUM ...` / `ANALYZE ...`, which sqlparser 0.63 does not parse in PostgreSQL's forms
+/// (`vacuum analyze t`, as pgbench -i sends): accepted as no-ops — the compute compacts
+/// versions itself and has no planner statistics.
+fn maintenance_command(sql: &str) -> Option<&'static str> {
+    let head = sql
+        .trim_start()
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()?
+        .to_ascii_lowercase();
+    let single = !sql.trim().trim_end_matches(';').contains(';');
+    match head.as_str() {
+        "vacuum" if single => Some("VACUUM"),
+        "analyze" | "analyse" if single => Some("ANALYZE"),
+        _ => None,
+    }
+}
+
+fn ident_folded(id: &ast::Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_lowercase()
+    }
 }
 
 fn is_transaction_exit(plan: &Plan) -> bool {
@@ -814,11 +967,18 @@ impl Frontend {
                 };
                 self.dispatcher.call(request).await
             }
-            TablePlan::CopyFrom { .. } => {
-                return Err(PgError::new(
-                    SqlState::FEATURE_NOT_SUPPORTED,
-                    "COPY FROM STDIN is not supported by ringwire yet",
-                ))
+            TablePlan::CopyFrom { columns, .. } => {
+                if !session.in_simple_query {
+                    return Err(PgError::new(
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        "COPY FROM STDIN is supported by ringwire only in a simple Query",
+                    ));
+                }
+                // The data comes next; `copy_in_done` applies it.
+                backend::write_copy_response(cx.out, b'G', Format::Text, columns.len());
+                session.pending_copy = Some(plan.clone());
+                *cx.copy_in = true;
+                return Ok(None);
             }
             TablePlan::CreateTable { .. }
             | TablePlan::CreateIndex { .. }
@@ -975,6 +1135,20 @@ impl Frontend {
                 )?;
                 "SET"
             }
+            Plan::Maintenance(tag) => tag,
+            Plan::AddConstraint {
+                table,
+                index,
+                primary,
+            } => {
+                let request = Request::AddIndex {
+                    table: table.clone(),
+                    index: index.clone(),
+                    primary: *primary,
+                };
+                self.dispatcher.call(request).await?;
+                "ALTER TABLE"
+            }
             Plan::Reset(None) => {
                 session.settings.reset_all(&mut session.reports);
                 "RESET"
@@ -1126,6 +1300,54 @@ fn select_tag(plan: &Plan, rows: u64) -> String {
     }
 }
 
+impl Frontend {
+    async fn simple_query_inner(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError> {
+        let tz = &cx.session.settings.text_context().time_zone;
+        let cached = self.plans.borrow_mut().get_simple(sql, tz);
+        if let Some(prepared) = cached {
+            return self.run_simple(cx, &prepared).await;
+        }
+        if let Some(tag) = maintenance_command(sql) {
+            if *cx.tx != TransactionStatus::Idle && tag == "VACUUM" {
+                return Err(PgError::new(
+                    SqlState::ACTIVE_SQL_TRANSACTION,
+                    "VACUUM cannot run inside a transaction block",
+                ));
+            }
+            backend::write_command_complete(cx.out, tag);
+            return Ok(());
+        }
+        let statements = parse_sql(sql)?;
+        if statements.is_empty() {
+            backend::write_empty_query_response(cx.out);
+            return Ok(());
+        }
+        for stmt in &statements {
+            // In a failed transaction only COMMIT/ROLLBACK run; don't even plan the rest.
+            if *cx.tx == TransactionStatus::Failed
+                && !matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. })
+            {
+                return Err(aborted());
+            }
+            let text = cx.session.settings.text_context();
+            let prepared = Rc::new(self.prepare(Some(stmt), Vec::new(), sql, text, true)?);
+            if !prepared.param_types.is_empty() {
+                return Err(PgError::new(
+                    SqlState(*b"42P02"),
+                    "there is no parameter $1",
+                ));
+            }
+            if statements.len() == 1 {
+                self.plans
+                    .borrow_mut()
+                    .put_simple(sql, prepared.clone(), &text.time_zone);
+            }
+            self.run_simple(cx, &prepared).await?;
+        }
+        Ok(())
+    }
+}
+
 impl Engine for Frontend {
     type Session = Session;
     type Statement = Prepared;
@@ -1171,6 +1393,8 @@ impl Engine for Frontend {
             process_id: start.process_id,
             statement_timestamp_us: 0,
             block: None,
+            pending_copy: None,
+            in_simple_query: false,
         })
     }
 
@@ -1181,38 +1405,62 @@ impl Engine for Frontend {
     }
 
     async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError> {
-        let tz = &cx.session.settings.text_context().time_zone;
-        let cached = self.plans.borrow_mut().get_simple(sql, tz);
-        if let Some(prepared) = cached {
-            return self.run_simple(cx, &prepared).await;
-        }
-        let statements = parse_sql(sql)?;
-        if statements.is_empty() {
-            backend::write_empty_query_response(cx.out);
-            return Ok(());
-        }
-        for stmt in &statements {
-            // In a failed transaction only COMMIT/ROLLBACK run; don't even plan the rest.
-            if *cx.tx == TransactionStatus::Failed
-                && !matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. })
-            {
-                return Err(aborted());
+        cx.session.in_simple_query = true;
+        let result = self.simple_query_inner(cx, sql).await;
+        cx.session.in_simple_query = false;
+        result
+    }
+
+    async fn copy_in_done(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        data: Result<Vec<u8>, PgError>,
+    ) -> Result<(), PgError> {
+        let plan = cx.session.pending_copy.take();
+        let data = data?;
+        let Some(plan) = plan else {
+            return Err(PgError::new(
+                SqlState::INTERNAL_ERROR,
+                "COPY data without a COPY statement",
+            ));
+        };
+        let TablePlan::CopyFrom {
+            table,
+            columns,
+            format,
+        } = &*plan
+        else {
+            return Err(PgError::new(
+                SqlState::INTERNAL_ERROR,
+                "COPY data for a non-COPY statement",
+            ));
+        };
+        let session = &mut *cx.session;
+        session.statement_timestamp_us = now_pg_us();
+        let ctx = session.settings.text_context();
+        let rows = if format.csv {
+            exec::parse_copy_csv(&data, table, columns, format.header, ctx)?
+        } else {
+            exec::parse_copy_text(&data, table, columns, ctx)?
+        };
+        let (tx, autocommit) = match &mut session.block {
+            Some(b) => {
+                b.wrote = true;
+                (b.tx, false)
             }
-            let text = cx.session.settings.text_context();
-            let prepared = Rc::new(self.prepare(Some(stmt), Vec::new(), sql, text, true)?);
-            if !prepared.param_types.is_empty() {
-                return Err(PgError::new(
-                    SqlState(*b"42P02"),
-                    "there is no parameter $1",
-                ));
-            }
-            if statements.len() == 1 {
-                self.plans
-                    .borrow_mut()
-                    .put_simple(sql, prepared.clone(), &text.time_zone);
-            }
-            self.run_simple(cx, &prepared).await?;
-        }
+            None => (self.new_tx(), true),
+        };
+        let request = Request::Write {
+            tx,
+            plan: plan.clone(),
+            params: Vec::new(),
+            copy_rows: rows,
+            session: session.snapshot(),
+            formats: Vec::new(),
+            autocommit,
+        };
+        let answer = self.dispatcher.call(request).await?;
+        backend::write_command_complete(cx.out, &format!("COPY {}", answer.count));
         Ok(())
     }
 

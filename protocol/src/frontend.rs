@@ -368,6 +368,26 @@ pub enum FrontendMessage<'a> {
 }
 
 impl<'a> FrontendMessage<'a> {
+    /// The message's type byte.
+    pub fn tag(&self) -> u8 {
+        match self {
+            FrontendMessage::Query { .. } => b'Q',
+            FrontendMessage::Parse { .. } => b'P',
+            FrontendMessage::Bind(_) => b'B',
+            FrontendMessage::Describe { .. } => b'D',
+            FrontendMessage::Execute { .. } => b'E',
+            FrontendMessage::Close { .. } => b'C',
+            FrontendMessage::Sync => b'S',
+            FrontendMessage::Flush => b'H',
+            FrontendMessage::Terminate => b'X',
+            FrontendMessage::Password { .. } => b'p',
+            FrontendMessage::CopyData { .. } => b'd',
+            FrontendMessage::CopyDone => b'c',
+            FrontendMessage::CopyFail { .. } => b'f',
+            FrontendMessage::FunctionCall => b'F',
+        }
+    }
+
     /// Parse a frame returned by [`crate::wire::split_frame`]. An unknown tag is FATAL (as in
     /// PostgreSQL: nothing after it can be trusted); a malformed body is an ERROR.
     pub fn parse(frame: Frame<'a>) -> Result<FrontendMessage<'a>, PgError> {

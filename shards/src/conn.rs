@@ -26,6 +26,10 @@ use crate::config::AuthMethod;
 use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
 use crate::shard::Shard;
 
+/// COPY FROM STDIN data is collected before it is parsed and applied; this bounds what one
+/// client can make a shard hold (scale 10 of pgbench_accounts is ~70 MB of COPY text).
+const MAX_COPY_IN_BYTES: usize = 512 << 20;
+
 /// Flush the write buffer mid-batch once it holds this much (a large result streams out
 /// instead of piling up).
 pub const FLUSH_BYTES: usize = 256 << 10;
@@ -281,6 +285,8 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         portals: HashMap::new(),
         skip_until_sync: false,
         close_all_portals: false,
+        copy_in_started: false,
+        copy_in: None,
         error_in_cycle: false,
         flush_requested: Cell::new(false),
     })
@@ -361,6 +367,10 @@ pub(crate) struct Conn<E: Engine> {
     /// After an error in an extended-protocol message, everything up to Sync is discarded.
     skip_until_sync: bool,
     close_all_portals: bool,
+    /// Set by the engine when a statement began COPY FROM STDIN (it sent CopyInResponse).
+    copy_in_started: bool,
+    /// COPY FROM STDIN in progress: the data received so far.
+    copy_in: Option<Vec<u8>>,
     /// An error was reported since the last ReadyForQuery.
     error_in_cycle: bool,
     flush_requested: Cell<bool>,
@@ -378,6 +388,7 @@ macro_rules! cx {
             conn: &$self.info,
             statements: &mut $self.statements,
             close_all_portals: &mut $self.close_all_portals,
+            copy_in: &mut $self.copy_in_started,
         }
     };
 }
@@ -499,6 +510,69 @@ impl<E: Engine> Conn<E> {
         }
     }
 
+    /// A message while COPY FROM STDIN runs: data accumulates until CopyDone or CopyFail.
+    async fn handle_copy_in(
+        &mut self,
+        msg: FrontendMessage<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Flow, PgError> {
+        let data = match msg {
+            FrontendMessage::CopyData { data } => {
+                let buf = self.copy_in.as_mut().expect("in COPY");
+                if buf.len() + data.len() > MAX_COPY_IN_BYTES {
+                    self.copy_in = None;
+                    let e = PgError::new(
+                        SqlState::PROGRAM_LIMIT_EXCEEDED,
+                        format!("COPY FROM STDIN data exceeds ringwire's limit of {MAX_COPY_IN_BYTES} bytes"),
+                    );
+                    let _ = self
+                        .shard
+                        .engine
+                        .copy_in_done(&mut cx!(self, out), Err(e.clone()))
+                        .await;
+                    self.fail_simple(out, e);
+                    return Ok(Flow::Continue);
+                }
+                buf.extend_from_slice(data);
+                return Ok(Flow::Continue);
+            }
+            // PostgreSQL ignores Flush and Sync during COPY FROM STDIN.
+            FrontendMessage::Flush | FrontendMessage::Sync => return Ok(Flow::Continue),
+            FrontendMessage::CopyDone => Ok(self.copy_in.take().expect("in COPY")),
+            FrontendMessage::CopyFail { message } => {
+                self.copy_in = None;
+                Err(PgError::new(
+                    SqlState::QUERY_CANCELED,
+                    format!("COPY from stdin failed: {message}"),
+                ))
+            }
+            FrontendMessage::Terminate => return Ok(Flow::Terminate),
+            other => {
+                self.copy_in = None;
+                Err(PgError::new(
+                    SqlState::PROTOCOL_VIOLATION,
+                    format!(
+                        "unexpected message type 0x{:02X} during COPY from stdin",
+                        other.tag()
+                    ),
+                ))
+            }
+        };
+        let failed = data.is_err();
+        match self
+            .shard
+            .engine
+            .copy_in_done(&mut cx!(self, out), data)
+            .await
+        {
+            Ok(()) if !failed => self.ready_for_query(out),
+            Ok(()) => unreachable!("copy_in_done returns the failure it was given"),
+            Err(e) if e.severity == Severity::Fatal => return Err(e),
+            Err(e) => self.fail_simple(out, e),
+        }
+        Ok(Flow::Continue)
+    }
+
     /// An error ending a simple-protocol cycle: report it, fail an open transaction block,
     /// and be ready for the next query.
     fn fail_simple(&mut self, out: &mut Vec<u8>, e: PgError) {
@@ -544,6 +618,9 @@ impl<E: Engine> Conn<E> {
             out.extend_from_slice(canned);
             return Ok(Flow::Continue);
         }
+        if self.copy_in.is_some() {
+            return self.handle_copy_in(msg, out).await;
+        }
         let engine = &self.shard.engine;
         match msg {
             FrontendMessage::Query { sql } => {
@@ -552,6 +629,11 @@ impl<E: Engine> Conn<E> {
                 self.portals.remove("");
                 self.cancel.reset();
                 match engine.simple_query(&mut cx!(self, out), sql).await {
+                    // COPY FROM STDIN: ReadyForQuery waits until the data is in.
+                    Ok(()) if self.copy_in_started => {
+                        self.copy_in_started = false;
+                        self.copy_in = Some(Vec::new());
+                    }
                     Ok(()) => self.ready_for_query(out),
                     Err(e) if e.severity == Severity::Fatal => return Err(e),
                     Err(e) => self.fail_simple(out, e),
@@ -629,6 +711,7 @@ impl<E: Engine> Conn<E> {
                     conn: &self.info,
                     statements: &mut self.statements,
                     close_all_portals: &mut self.close_all_portals,
+                    copy_in: &mut self.copy_in_started,
                 };
                 match engine.execute(&mut cx, p, max_rows).await {
                     Ok(Execution::Complete) => {}

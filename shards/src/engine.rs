@@ -107,6 +107,9 @@ pub struct Cx<'a, E: Engine + ?Sized> {
     pub statements: &'a mut Statements<E::Statement>,
     /// Set by `DISCARD ALL` / `CLOSE ALL`: the state machine drops every portal afterwards.
     pub close_all_portals: &'a mut bool,
+    /// Set by a simple Query that wrote CopyInResponse: the state machine collects CopyData
+    /// until CopyDone/CopyFail, then calls [`Engine::copy_in_done`].
+    pub copy_in: &'a mut bool,
 }
 
 /// Per-shard SQL engine. `async fn` in this trait is deliberate: futures stay on the shard and
@@ -159,6 +162,15 @@ pub trait Engine: 'static {
 
     /// Append RowDescription (with the result formats chosen at Bind) or NoData.
     fn describe_portal(&self, portal: &Self::Portal, arena: &Bump, out: &mut Vec<u8>);
+
+    /// COPY FROM STDIN finished: `data` is everything the client sent, or the error that ended
+    /// it (CopyFail, a protocol violation, the size limit), which the engine must return after
+    /// cleaning up. On success the engine writes CommandComplete.
+    async fn copy_in_done(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        data: Result<Vec<u8>, PgError>,
+    ) -> Result<(), PgError>;
 
     /// Called just before every ReadyForQuery. `tx` is the status about to be reported;
     /// `error_in_cycle` says whether an error was reported since the last ReadyForQuery (an
