@@ -349,6 +349,27 @@ impl Compute {
             TablePlan::CopyTo { format, .. } => Some(format),
             _ => None,
         };
+        if let Some(format) = copy.filter(|f| f.header) {
+            let names: Vec<Value> = select
+                .columns
+                .iter()
+                .map(|c| Value::Text(c.0.clone()))
+                .collect();
+            let text_types = vec![
+                Type {
+                    scalar: protocol::types::Scalar::Text,
+                    array: false
+                };
+                names.len()
+            ];
+            let start = protocol::wire::begin_message(&mut answer.rows, b'd');
+            if format.csv {
+                exec::format_copy_csv(&names, &text_types, ctx, &mut answer.rows);
+            } else {
+                exec::format_copy_text(&names, &text_types, ctx, &mut answer.rows);
+            }
+            protocol::wire::finish_message(&mut answer.rows, start);
+        }
         answer.count = exec::select(table, select, params, view, session, &mut |row| {
             match copy {
                 // COPY TO: one CopyData per row.
@@ -620,6 +641,30 @@ impl Compute {
                     self.released.notify_all();
                 }
             }
+            TablePlan::DropIndex { names, if_exists } => {
+                for name in names {
+                    let table = self
+                        .shared
+                        .catalog
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .indexes
+                        .get(name)
+                        .cloned();
+                    match table {
+                        Some(table) => self.drop_index(&table, name).await?,
+                        None if *if_exists => answer
+                            .notices
+                            .push(notice(format!("index \"{name}\" does not exist, skipping"))),
+                        None => {
+                            return Err(PgError::new(
+                                SqlState::UNDEFINED_OBJECT,
+                                format!("index \"{name}\" does not exist"),
+                            ))
+                        }
+                    }
+                }
+            }
             TablePlan::CreateIndex {
                 table,
                 index,
@@ -712,7 +757,20 @@ impl Compute {
         } else {
             new_def.indexes.push(index.clone());
         }
-        let new_def: TableRef = Arc::new(new_def);
+        self.replace_table(def, Arc::new(new_def))?;
+        let mut catalog = self
+            .shared
+            .catalog
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        catalog.indexes.insert(index.name.clone(), def.name.clone());
+        Ok(())
+    }
+
+    /// Swap `def`'s table for one built to `new_def` holding the same latest rows (checked
+    /// against `new_def`'s constraints), stamped with timestamp 0. Caller holds the table's
+    /// write lock.
+    fn replace_table(&self, def: &TableRef, new_def: TableRef) -> Result<(), PgError> {
         let mut rebuilt = Table::new(new_def.clone());
         let rebuild_tx = u64::MAX / 2 + def.id as u64;
         {
@@ -730,9 +788,49 @@ impl Compute {
             .catalog
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        catalog.indexes.insert(index.name.clone(), def.name.clone());
         catalog.tables.insert(def.name.clone(), new_def);
         Ok(())
+    }
+
+    /// `DROP INDEX name` on `table`: the table is rebuilt without it. The primary key's index
+    /// cannot be dropped (PostgreSQL: 2BP01).
+    async fn drop_index(&self, table: &str, name: &str) -> Result<(), PgError> {
+        let def = {
+            let catalog = self
+                .shared
+                .catalog
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            catalog
+                .tables
+                .get(table)
+                .cloned()
+                .ok_or_else(|| no_such_table(table))?
+        };
+        if def.primary_key.as_ref().is_some_and(|pk| pk.name == name) {
+            return Err(PgError::new(
+                SqlState(*b"2BP01"),
+                format!("cannot drop index {name} because constraint {name} on table {table} requires it"),
+            )
+            .with_hint(format!("You can drop constraint {name} on table {table} instead.")));
+        }
+        let ddl_tx = u64::MAX - def.id as u64;
+        self.lock(def.id, ddl_tx).await?;
+        let mut new_def = (*def).clone();
+        new_def.indexes.retain(|i| i.name != name);
+        let result = self.replace_table(&def, Arc::new(new_def));
+        if result.is_ok() {
+            let mut catalog = self
+                .shared
+                .catalog
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            catalog.indexes.remove(name);
+        }
+        self.tx_tables.borrow_mut().remove(&ddl_tx);
+        self.locks.borrow_mut().remove(&def.id);
+        self.released.notify_all();
+        result
     }
 }
 
