@@ -900,6 +900,37 @@ impl Frontend {
         }
     }
 
+    /// COMMIT (`commit`) or ROLLBACK: end the block at the compute and in the settings.
+    /// Returns the tag; COMMIT of a failed block rolls back, as in PostgreSQL.
+    async fn end_block(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        commit: bool,
+    ) -> Result<&'static str, PgError> {
+        let commit = commit && *cx.tx != TransactionStatus::Failed;
+        if *cx.tx == TransactionStatus::Idle {
+            let e = warning(
+                SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                "there is no transaction in progress",
+            );
+            backend::write_notice(cx.out, &e);
+        }
+        let session = &mut *cx.session;
+        if let Some(block) = session.block.take().filter(|b| b.wrote) {
+            let request = if commit {
+                Request::Commit { tx: block.tx }
+            } else {
+                Request::Abort { tx: block.tx }
+            };
+            self.dispatcher.call(request).await?;
+        }
+        session
+            .settings
+            .end_transaction(commit, &mut session.reports);
+        *cx.tx = TransactionStatus::Idle;
+        Ok(if commit { "COMMIT" } else { "ROLLBACK" })
+    }
+
     /// Run a statement over tables at the compute. Returns the row count for statements whose
     /// tag carries one (SELECT, INSERT/UPDATE/DELETE), None when it wrote its own tag.
     async fn run_table(
@@ -1178,60 +1209,8 @@ impl Frontend {
                 }
                 tag
             }
-            Plan::Commit => {
-                let tag = if *cx.tx == TransactionStatus::Failed {
-                    "ROLLBACK"
-                } else {
-                    "COMMIT"
-                };
-                if !in_block {
-                    backend::write_notice(
-                        cx.out,
-                        &warning(
-                            SqlState::NO_ACTIVE_SQL_TRANSACTION,
-                            "there is no transaction in progress",
-                        ),
-                    );
-                }
-                if let Some(block) = session.block.take() {
-                    if block.wrote {
-                        let request = if tag == "COMMIT" {
-                            Request::Commit { tx: block.tx }
-                        } else {
-                            Request::Abort { tx: block.tx }
-                        };
-                        self.dispatcher.call(request).await?;
-                    }
-                }
-                session
-                    .settings
-                    .end_transaction(tag == "COMMIT", &mut session.reports);
-                *cx.tx = TransactionStatus::Idle;
-                tag
-            }
-            Plan::Rollback => {
-                if !in_block {
-                    backend::write_notice(
-                        cx.out,
-                        &warning(
-                            SqlState::NO_ACTIVE_SQL_TRANSACTION,
-                            "there is no transaction in progress",
-                        ),
-                    );
-                }
-                if let Some(block) = session.block.take() {
-                    if block.wrote {
-                        self.dispatcher
-                            .call(Request::Abort { tx: block.tx })
-                            .await?;
-                    }
-                }
-                session
-                    .settings
-                    .end_transaction(false, &mut session.reports);
-                *cx.tx = TransactionStatus::Idle;
-                "ROLLBACK"
-            }
+            Plan::Commit => self.end_block(cx, true).await?,
+            Plan::Rollback => self.end_block(cx, false).await?,
             Plan::DiscardAll => {
                 if in_block {
                     return Err(PgError::new(

@@ -76,51 +76,13 @@ fn pgbench(rw: &Ringwire, script: &str, mode: &str) -> String {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("script.sql");
     std::fs::write(&file, script).unwrap();
-    let out = Command::new("pgbench")
-        .args([
-            "-n",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &rw.port.to_string(),
-            "-U",
-            "postgres",
-            "-c",
-            "16",
-            "-j",
-            "2",
-            "-T",
-            "5",
-            "-M",
-            mode,
-        ])
-        .arg("-f")
-        .arg(&file)
-        .arg("postgres")
-        .output()
-        .expect("run pgbench (apt-get install postgresql-client)");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "pgbench -M {mode} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn processed_and_failed(report: &str) -> (u64, u64) {
-    let num = |prefix: &str| {
-        report
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.split('/').next())
-            .and_then(|n| n.parse::<u64>().ok())
-    };
-    let processed = num("number of transactions actually processed:")
-        .unwrap_or_else(|| panic!("no processed count in:\n{report}"));
-    let failed = num("number of failed transactions:").unwrap_or(0);
-    (processed, failed)
+    let file = file.to_str().unwrap();
+    common::pgbench::run(
+        rw.port,
+        &[
+            "-n", "-c", "16", "-j", "2", "-T", "5", "-M", mode, "-f", file,
+        ],
+    )
 }
 
 #[test]
@@ -128,7 +90,7 @@ fn pgbench_select_1_in_every_protocol_mode_and_pipelined() {
     let rw = Ringwire::start(&[]);
     for mode in ["simple", "extended", "prepared"] {
         let report = pgbench(&rw, "select 1;\n", mode);
-        let (processed, failed) = processed_and_failed(&report);
+        let (processed, failed) = common::pgbench::processed_and_failed(&report);
         assert!(
             processed > 1000,
             "-M {mode}: only {processed} transactions:\n{report}"
@@ -141,7 +103,7 @@ fn pgbench_select_1_in_every_protocol_mode_and_pipelined() {
         "\\startpipeline\nselect 1;\nselect 2;\nselect 3;\n\\endpipeline\n",
         "prepared",
     );
-    let (processed, failed) = processed_and_failed(&report);
+    let (processed, failed) = common::pgbench::processed_and_failed(&report);
     assert!(processed > 1000, "pipeline: {report}");
     assert_eq!(failed, 0, "pipeline: {report}");
 }

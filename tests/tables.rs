@@ -359,52 +359,13 @@ async fn reads_are_linearizable_across_shards() {
     assert!(acked[0].load(Ordering::SeqCst) > 10 && acked[1].load(Ordering::SeqCst) > 10);
 }
 
-fn pgbench(rw: &Ringwire, args: &[&str]) -> String {
-    let out = Command::new("pgbench")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &rw.port.to_string(),
-            "-U",
-            "postgres",
-        ])
-        .args(args)
-        .arg("postgres")
-        .output()
-        .expect("run pgbench");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "pgbench {args:?} failed:\n{text}");
-    text
-}
-
-fn processed_and_failed(report: &str) -> (u64, u64) {
-    let num = |prefix: &str| {
-        report
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.split('/').next())
-            .and_then(|n| n.parse::<u64>().ok())
-    };
-    (
-        num("number of transactions actually processed:")
-            .unwrap_or_else(|| panic!("no count in:\n{report}")),
-        num("number of failed transactions:").unwrap_or(0),
-    )
-}
-
 /// pgbench's own initialization (drop, create, COPY, vacuum, primary keys), its select-only
 /// run in two protocol modes, and tpcb-like (COPY, UPDATE, the point select, INSERT) — all with
 /// no failed transaction, and the balances consistent afterwards.
 #[tokio::test]
 async fn pgbench_init_select_only_and_tpcb_like() {
     let rw = Ringwire::start(&[]);
-    pgbench(&rw, &["-i", "-s", "1"]);
+    common::pgbench::run(rw.port, &["-i", "-s", "1"]);
     let client = connect(&rw).await;
     let n: i64 = client
         .query_one("select count(*) from pgbench_accounts", &[])
@@ -422,19 +383,19 @@ async fn pgbench_init_select_only_and_tpcb_like() {
         "primary key step missing"
     );
     for mode in ["simple", "prepared"] {
-        let report = pgbench(
-            &rw,
+        let report = common::pgbench::run(
+            rw.port,
             &["-n", "-S", "-c", "16", "-j", "2", "-T", "3", "-M", mode],
         );
-        let (processed, failed) = processed_and_failed(&report);
+        let (processed, failed) = common::pgbench::processed_and_failed(&report);
         assert!(processed > 500, "-S -M {mode}: {report}");
         assert_eq!(failed, 0, "-S -M {mode}: {report}");
     }
-    let report = pgbench(
-        &rw,
+    let report = common::pgbench::run(
+        rw.port,
         &["-n", "-b", "tpcb-like", "-c", "8", "-j", "2", "-T", "3"],
     );
-    let (processed, failed) = processed_and_failed(&report);
+    let (processed, failed) = common::pgbench::processed_and_failed(&report);
     assert!(processed > 50, "tpcb-like: {report}");
     assert_eq!(failed, 0, "tpcb-like: {report}");
     // Every transaction moved the same delta into an account, its teller and its branch.
