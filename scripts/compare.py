@@ -209,9 +209,11 @@ def main():
     ap.add_argument("--workloads", default="select1,select_t,point,write_mix")
     ap.add_argument("--concurrency", default="1,4,16,64,128")
     ap.add_argument("--mode", default="simple", choices=["simple", "extended", "prepared"])
-    ap.add_argument("--duration", default="3s")
+    # Defaults fit the whole table (4 workloads x 5 levels x 4 servers) in about 4 minutes on
+    # a 2-core machine; docs/PERF.md's table used --rounds 2 --duration 3s.
+    ap.add_argument("--duration", default="2s")
     ap.add_argument("--warmup", default="500ms")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; medians are reported")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians are reported")
     ap.add_argument("--client-threads", type=int, default=2)
     ap.add_argument("--server-cores", default="0-1", help="ringwire --cores and the Tokio server's thread count")
     ap.add_argument("--cost-at", default="1,64", help="concurrencies at which CPU/syscalls per query are measured")
