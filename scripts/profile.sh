@@ -4,6 +4,8 @@
 #   scripts/profile.sh                         # ringwire full path, SELECT 1, 64 connections
 #   scripts/profile.sh --floor                 # the wire floor instead
 #   scripts/profile.sh --pid 1234 --port 6875  # attach to a running server
+#   scripts/profile.sh --pgbench-init --sql 'SELECT abalance FROM pgbench_accounts WHERE aid = :aid' \
+#       --param aid=1..100000                  # load pgbench's tables first, then profile
 #   options: --sql 'SELECT ...' --param aid=1..100000 --concurrency N --duration 10s --mode simple
 #
 # Builds the `profiling` Cargo profile (release code, full symbols; frame pointers are forced
@@ -14,12 +16,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pid="" port="" floor="" cores="0-1" sql="SELECT 1" params=() conc=64 duration=10s mode=simple warmup=2s
+pid="" port="" floor="" init="" cores="0-1" sql="SELECT 1" params=() conc=64 duration=10s mode=simple warmup=2s
 while [ $# -gt 0 ]; do
     case "$1" in
         --pid) pid=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
         --floor) floor=--wire-floor; shift ;;
+        --pgbench-init) init=1; shift ;;
         --cores) cores=$2; shift 2 ;;
         --sql) sql=$2; shift 2 ;;
         --param) params+=(--param "$2"); shift 2 ;;
@@ -48,6 +51,9 @@ if [ -z "$pid" ]; then
     for _ in $(seq 100); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 fi
 [ -n "$port" ] || { echo "profile.sh: --pid needs --port" >&2; exit 2; }
+if [ -n "$init" ]; then
+    pgbench -i -s 1 -q -h 127.0.0.1 -p "$port" -U postgres postgres > "$out/pgbench-init.log" 2>&1
+fi
 
 secs=${duration%s}
 "$target/profiling/ringwire-bench" --port "$port" --sql "$sql" "${params[@]}" --mode "$mode" \
