@@ -149,10 +149,17 @@ fn scripts_and_pipelines_work() {
          SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\nEND;\n",
     )
     .unwrap();
-    for mode in ["simple", "extended"] {
+    // Both drivers: the raw io_uring loop (default) and the glommio task per connection.
+    for (mode, driver) in [
+        ("simple", "uring"),
+        ("extended", "uring"),
+        ("prepared", "glommio"),
+    ] {
         let out = bench(
             server.port,
             &[
+                "--driver",
+                driver,
                 "--mode",
                 mode,
                 "--duration",
