@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 
+use shards::config::{memlock_limit_bytes, online_cpus as allowed_cpus, parse_cpu_list};
+
 use crate::client::ConnectParams;
 use crate::workload::{Mode, Workload, WorkloadSpec};
 
@@ -128,61 +130,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("duration {s:?} out of range"));
     }
     Ok(Duration::from_secs_f64(seconds))
-}
-
-/// Parse a CPU list such as `0-3,8`.
-pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
-    let bad = || format!("invalid CPU list {s:?}: expected numbers and ranges like 0-3,8");
-    let mut cpus = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let a: usize = a.trim().parse().map_err(|_| bad())?;
-                let b: usize = b.trim().parse().map_err(|_| bad())?;
-                if a > b || b - a > 4096 {
-                    return Err(bad());
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    if cpus.is_empty() {
-        return Err(bad());
-    }
-    Ok(cpus)
-}
-
-/// CPUs this process may run on.
-fn allowed_cpus() -> Result<Vec<usize>, String> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(format!(
-                "cannot read the CPU affinity: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok((0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect())
-    }
-}
-
-/// The soft RLIMIT_MEMLOCK, or None when unlimited.
-fn memlock_limit_bytes() -> Option<usize> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0
-        || lim.rlim_cur == libc::RLIM_INFINITY
-    {
-        return None;
-    }
-    Some(lim.rlim_cur as usize)
 }
 
 impl BenchConfig {

@@ -5,6 +5,7 @@
 use std::cell::Cell;
 
 use protocol::error::{PgError, SqlState};
+use protocol::types::calendar::{date2j, days_in_month, j2date, POSTGRES_EPOCH_JDATE};
 use protocol::types::{Interval, Numeric, Scalar, TextContext, TimeZone, Type, Value};
 
 use super::{
@@ -987,61 +988,12 @@ pub(crate) const USECS_PER_DAY: i64 = 86_400_000_000;
 const USECS_PER_SEC: i64 = 1_000_000;
 const SECS_PER_DAY: f64 = 86_400.0;
 const DAYS_PER_MONTH: f64 = 30.0;
-/// Julian day of 2000-01-01, PostgreSQL's epoch.
-const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
 /// Valid timestamps: 4714-11-24 BC .. 294277-01-01 (exclusive), as PostgreSQL.
 const MIN_TIMESTAMP: i64 = -211_813_488_000_000_000;
 const END_TIMESTAMP: i64 = 9_223_371_331_200_000_000;
 /// Valid dates in days since 2000-01-01: 4714-11-24 BC .. 5874898-01-01 (exclusive).
 const MIN_DATE: i64 = -POSTGRES_EPOCH_JDATE;
 const END_DATE: i64 = 2_147_483_494 - POSTGRES_EPOCH_JDATE;
-
-fn date2j(y: i64, m: i64, d: i64) -> i64 {
-    let (y, m) = if m > 2 {
-        (y + 4800, m + 1)
-    } else {
-        (y + 4799, m + 13)
-    };
-    let century = y / 100;
-    let mut julian = y * 365 - 32167;
-    julian += y / 4 - century + century / 4;
-    julian += 7834 * m / 256 + d;
-    julian
-}
-
-fn j2date(jd: i64) -> (i64, i64, i64) {
-    let mut julian = jd + 32044;
-    let mut quad = julian / 146_097;
-    let extra = (julian - quad * 146_097) * 4 + 3;
-    julian += 60 + quad * 3 + extra / 146_097;
-    quad = julian / 1461;
-    julian -= quad * 1461;
-    let mut y = julian * 4 / 1461;
-    julian = if y != 0 {
-        (julian + 305) % 365
-    } else {
-        (julian + 306) % 366
-    } + 123;
-    y += quad * 4;
-    let year = y - 4800;
-    quad = julian * 2141 / 65_536;
-    let day = julian - 7834 * quad / 256;
-    let month = (quad + 10) % 12 + 1;
-    (year, month, day)
-}
-
-fn is_leap(y: i64) -> bool {
-    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if is_leap(y) => 29,
-        _ => 28,
-    }
-}
 
 fn ts_out_of_range() -> PgError {
     out_of_range(TIMESTAMP)

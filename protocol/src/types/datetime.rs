@@ -11,7 +11,7 @@
 use super::{Interval, TextContext, TimeZone};
 use crate::error::{PgError, SqlState};
 
-pub(crate) const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
+pub const POSTGRES_EPOCH_JDATE: i64 = 2_451_545;
 pub(crate) const USECS_PER_SEC: i64 = 1_000_000;
 pub(crate) const USECS_PER_DAY: i64 = 86_400_000_000;
 const USECS_PER_HOUR: i64 = 3_600_000_000;
@@ -26,7 +26,8 @@ pub(crate) const TIMESTAMP_MIN: i64 = -211_813_488_000_000_000;
 pub(crate) const TIMESTAMP_END: i64 = 9_223_371_331_200_000_000;
 const INTERVAL_FIELD_OVERFLOW: SqlState = SqlState(*b"22015");
 
-pub(crate) fn date2j(y: i64, m: i64, d: i64) -> i64 {
+/// Julian day of a proleptic Gregorian date (PostgreSQL's `date2j`); year 0 is 1 BC.
+pub fn date2j(y: i64, m: i64, d: i64) -> i64 {
     let (m, y) = if m > 2 {
         (m + 1, y + 4800)
     } else {
@@ -40,7 +41,7 @@ pub(crate) fn date2j(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// Julian day to (year, month, day); year 0 is 1 BC. Meaningful for days >= 0.
-pub(crate) fn j2date(jd: i64) -> (i64, i64, i64) {
+pub fn j2date(jd: i64) -> (i64, i64, i64) {
     let mut julian = jd + 32044;
     let mut quad = julian.div_euclid(146_097);
     let extra = (julian - quad * 146_097) * 4 + 3;
@@ -65,7 +66,7 @@ fn is_leap(y: i64) -> bool {
     y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
 }
 
-fn days_in_month(y: i64, m: i64) -> i64 {
+pub fn days_in_month(y: i64, m: i64) -> i64 {
     match m {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,

@@ -94,6 +94,10 @@ pub enum Value {
 
 pub mod binary;
 mod datetime;
+/// PostgreSQL's calendar arithmetic (Julian days), shared with the SQL layer's date functions.
+pub mod calendar {
+    pub use super::datetime::{date2j, days_in_month, j2date, POSTGRES_EPOCH_JDATE};
+}
 mod float;
 pub mod json;
 pub mod numeric;
