@@ -114,6 +114,52 @@ fn error_fields(body: &[u8]) -> ([u8; 5], &[u8]) {
     (code, message)
 }
 
+/// Scan replies for one connection of a timed run: count errors by SQLSTATE, and at each
+/// ReadyForQuery record the finished query's latency (inside the timed window) and queue the
+/// next query into `out`, stamped with the same clock read. Shared by both client drivers.
+#[allow(clippy::too_many_arguments)]
+pub fn scan_and_requeue(
+    pending: &[u8],
+    failed: &mut bool,
+    timeline: &Timeline,
+    stats: &ThreadStats,
+    sent_at: &mut VecDeque<Instant>,
+    workload: &Workload,
+    cursor: &mut Cursor,
+    out: &mut Vec<u8>,
+) -> Result<usize, String> {
+    scan_replies(
+        pending,
+        failed,
+        |error_body| {
+            let now = Instant::now();
+            if now >= timeline.warmup_end && now < timeline.end {
+                stats.error(error_body);
+            }
+        },
+        |query_failed| {
+            let start = sent_at
+                .pop_front()
+                .ok_or("ReadyForQuery without a query in flight")?;
+            // One clock read per query: it ends this query and stamps the next one, which
+            // goes out with this turn's writes.
+            let now = Instant::now();
+            if !query_failed && now >= timeline.warmup_end && now < timeline.end {
+                stats.queries.set(stats.queries.get() + 1);
+                stats
+                    .latency_ns
+                    .borrow_mut()
+                    .saturating_record((now - start).as_nanos() as u64);
+            }
+            if now < timeline.end {
+                workload.encode_next(cursor, out);
+                sent_at.push_back(now);
+            }
+            Ok(())
+        },
+    )
+}
+
 /// Walk the whole replies at the front of `pending`, in place: `on_error` gets each
 /// ErrorResponse body, `on_ready` runs at each ReadyForQuery with whether that query failed.
 /// Everything else (RowDescription, DataRow, CommandComplete, ParseComplete, ...) is skipped by
@@ -448,35 +494,15 @@ impl Connection {
             }
             self.out.clear();
             let out = &mut self.out;
-            let consumed = scan_replies(
+            let consumed = scan_and_requeue(
                 self.rbuf.pending(),
                 &mut failed,
-                |error_body| {
-                    let now = Instant::now();
-                    if now >= timeline.warmup_end && now < timeline.end {
-                        stats.error(error_body);
-                    }
-                },
-                |query_failed| {
-                    let start = sent_at
-                        .pop_front()
-                        .ok_or("ReadyForQuery without a query in flight")?;
-                    // One clock read per query: it ends this query and stamps the next one,
-                    // which is written before this task next waits.
-                    let now = Instant::now();
-                    if !query_failed && now >= timeline.warmup_end && now < timeline.end {
-                        stats.queries.set(stats.queries.get() + 1);
-                        stats
-                            .latency_ns
-                            .borrow_mut()
-                            .saturating_record((now - start).as_nanos() as u64);
-                    }
-                    if now < timeline.end {
-                        workload.encode_next(cursor, out);
-                        sent_at.push_back(now);
-                    }
-                    Ok(())
-                },
+                &timeline,
+                stats,
+                &mut sent_at,
+                workload,
+                cursor,
+                out,
             )?;
             self.rbuf.start += consumed;
             if !self.out.is_empty() {

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
 
-use crate::client::{scan_replies, Connection, ThreadStats, Timeline};
+use crate::client::{scan_and_requeue, Connection, ThreadStats, Timeline};
 use crate::workload::{Cursor, Workload};
 
 /// After the window ends, queries still in flight get this long to answer; then their
@@ -278,35 +278,15 @@ pub fn drive(
                 failed,
                 ..
             } = slot;
-            let scanned = scan_replies(
+            let scanned = scan_and_requeue(
                 conn.rbuf.pending(),
                 failed,
-                |error_body| {
-                    let now = Instant::now();
-                    if now >= timeline.warmup_end && now < timeline.end {
-                        stats.error(error_body);
-                    }
-                },
-                |query_failed| {
-                    let start = sent_at
-                        .pop_front()
-                        .ok_or("ReadyForQuery without a query in flight")?;
-                    // One clock read per query: it ends this query and stamps the next one,
-                    // which is submitted with this batch.
-                    let now = Instant::now();
-                    if !query_failed && now >= timeline.warmup_end && now < timeline.end {
-                        stats.queries.set(stats.queries.get() + 1);
-                        stats
-                            .latency_ns
-                            .borrow_mut()
-                            .saturating_record((now - start).as_nanos() as u64);
-                    }
-                    if now < timeline.end {
-                        workload.encode_next(cursor, next);
-                        sent_at.push_back(now);
-                    }
-                    Ok(())
-                },
+                &timeline,
+                stats,
+                sent_at,
+                workload,
+                cursor,
+                next,
             );
             match scanned {
                 Ok(consumed) => conn.rbuf.start += consumed,
