@@ -1,14 +1,16 @@
 //! `ringwire`: serve the PostgreSQL wire protocol on every configured core.
 
-use std::collections::HashMap;
+use std::io::BufRead;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
+use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
-    parse_cpu_list, AuthMethod, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
+    parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
 };
 
@@ -40,24 +42,45 @@ struct Cli {
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     max_message_bytes: usize,
 
-    /// How clients authenticate: `trust` lets everyone in (the loopback default); `password`
-    /// asks for a cleartext password checked against --user / --users-file.
+    /// How every client authenticates (PostgreSQL's methods): `trust` lets everyone in (the
+    /// loopback default); `password` asks for the password in cleartext; `md5` runs md5 for
+    /// users with an md5 secret and SCRAM for the others; `scram-sha-256` runs SCRAM. The same
+    /// as a --hba-file of `local all all METHOD` and `host all all all METHOD`.
     #[arg(long, value_enum, default_value_t = AuthArg::Trust)]
     auth: AuthArg,
 
-    /// A user for --auth password, as NAME:PASSWORD. Repeatable.
+    /// Host-based rules instead of --auth, in pg_hba.conf syntax: `host|hostnossl|local
+    /// DATABASE USER [ADDRESS] METHOD` per line, first match wins, no match is refused.
+    /// Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE", conflicts_with = "auth")]
+    hba_file: Option<std::path::PathBuf>,
+
+    /// A user, as NAME:PASSWORD (a SCRAM-SHA-256 verifier is derived at startup; the password
+    /// is not kept). Repeatable; takes precedence over --users-file.
     #[arg(long = "user", value_name = "NAME:PASSWORD")]
     users: Vec<String>,
 
-    /// A file of users for --auth password: one NAME:PASSWORD per line; blank lines and lines
-    /// starting with # are ignored.
-    #[arg(long)]
+    /// A file of users: one NAME:SECRET per line, SECRET a PostgreSQL SCRAM-SHA-256 verifier or
+    /// md5 hash (`ringwire passwd NAME` prints such a line; plaintext is refused). Blank lines
+    /// and lines starting with # are ignored. Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
     users_file: Option<std::path::PathBuf>,
 
     /// Registered io_uring memory per shard, in bytes. It is locked memory: the total over all
     /// shards must fit RLIMIT_MEMLOCK (checked at startup).
     #[arg(long, default_value_t = DEFAULT_IO_MEMORY_BYTES)]
     io_memory_bytes: usize,
+
+    /// Socket path: `uring` (each shard's own io_uring: multishot accept and receive, sends
+    /// batched per turn), `glommio` (glommio's sockets), or `auto`: uring where the kernel
+    /// supports it (Linux 6.0+), else glommio with one log line saying why.
+    #[arg(long, value_enum, default_value_t = IoArg::Auto, env = "RINGWIRE_IO")]
+    io: IoArg,
+
+    /// Also accept connections on the Unix-domain socket DIR/.s.PGSQL.<port>, as PostgreSQL
+    /// does (`psql -h DIR -p PORT`).
+    #[arg(long, value_name = "DIR")]
+    unix_socket_dir: Option<std::path::PathBuf>,
 
     /// Seconds a client has from connecting to finishing authentication.
     #[arg(long, default_value_t = 60)]
@@ -71,12 +94,55 @@ struct Cli {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: log::LevelFilter,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Print a --users-file line for USER: reads the password from standard input (without
+    /// echo, and twice, on a terminal) and prints `USER:SCRAM-SHA-256$...`.
+    Passwd {
+        user: String,
+        /// Print PostgreSQL's md5 hash instead, for clients that speak only md5.
+        #[arg(long)]
+        md5: bool,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum IoArg {
+    Auto,
+    Uring,
+    Glommio,
+}
+
+/// The socket path to run: `--io auto` falls back to glommio where io_uring lacks what the
+/// ring path needs; `--io uring` insists.
+fn choose_io(arg: IoArg) -> Result<IoMode, String> {
+    match arg {
+        IoArg::Glommio => Ok(IoMode::Glommio),
+        IoArg::Uring => shards::uring::probe()
+            .map(|()| IoMode::Uring)
+            .map_err(|why| format!("--io uring is not possible here: {why}")),
+        IoArg::Auto => match shards::uring::probe() {
+            Ok(()) => Ok(IoMode::Uring),
+            Err(why) => {
+                log::warn!("io_uring socket path unavailable ({why}); using glommio's sockets");
+                Ok(IoMode::Glommio)
+            }
+        },
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum AuthArg {
     Trust,
     Password,
+    Md5,
+    #[value(name = "scram-sha-256")]
+    ScramSha256,
 }
 
 fn parse_user(line: &str, origin: &str) -> Result<(String, String), String> {
@@ -92,41 +158,106 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
         (None, Some(n)) => Placement::Unpinned(n),
         (None, None) => Placement::Unpinned(shards::config::online_cpus()?.len().max(1)),
     };
-    let mut users = HashMap::new();
+    let mut cli_users = Vec::new();
     for u in &cli.users {
         let (name, password) = parse_user(u, "--user")?;
-        users.insert(name, password);
+        cli_users.push((name, Secret::scram_from_password(&password)));
     }
-    if let Some(path) = &cli.users_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read --users-file {}: {e}", path.display()))?;
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (name, password) = parse_user(line, &format!("{}:{}", path.display(), i + 1))?;
-            users.insert(name, password);
-        }
-    }
+    let auth = AuthStore::load(AuthSettings {
+        method: match cli.auth {
+            AuthArg::Trust => Method::Trust,
+            AuthArg::Password => Method::Password,
+            AuthArg::Md5 => Method::Md5,
+            AuthArg::ScramSha256 => Method::ScramSha256,
+        },
+        hba_file: cli.hba_file,
+        users_file: cli.users_file,
+        cli_users,
+    })?;
     Ok(ServerConfig {
         listen: cli.listen,
         placement,
         max_connections: cli.max_connections,
         max_message_bytes: cli.max_message_bytes,
-        auth: match cli.auth {
-            AuthArg::Trust => AuthMethod::Trust,
-            AuthArg::Password => AuthMethod::Password,
-        },
-        users,
+        auth: Arc::new(auth),
         io_memory_bytes: cli.io_memory_bytes,
         startup_timeout: Duration::from_secs(cli.startup_timeout_secs),
         wire_floor: cli.wire_floor,
+        io: choose_io(cli.io)?,
+        unix_socket_dir: cli.unix_socket_dir,
     })
 }
 
+/// `ringwire passwd USER`: one users-file line on stdout.
+fn passwd(user: &str, md5: bool) -> Result<(), String> {
+    let password = read_password(&format!("Password for {user}: "))?;
+    if password.is_empty() {
+        // PostgreSQL refuses empty passwords too ("empty string is not a valid password").
+        return Err("an empty password is not allowed".into());
+    }
+    if stdin_is_tty() && read_password("Again: ")? != password {
+        return Err("the passwords do not match".into());
+    }
+    let secret = if md5 {
+        Secret::md5_from_password(user, &password)
+    } else {
+        Secret::scram_from_password(&password)
+    };
+    println!("{user}:{secret}");
+    Ok(())
+}
+
+fn stdin_is_tty() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(libc::STDIN_FILENO) == 1 }
+}
+
+/// One line from stdin, without its line ending; on a terminal, prompted and not echoed.
+fn read_password(prompt: &str) -> Result<String, String> {
+    let mut line = String::new();
+    let read = |line: &mut String| {
+        std::io::stdin()
+            .lock()
+            .read_line(line)
+            .map_err(|e| format!("cannot read the password from stdin: {e}"))
+    };
+    if stdin_is_tty() {
+        eprint!("{prompt}");
+        // SAFETY: termios is plain data; tcgetattr fills it and tcsetattr reads it, both on
+        // stdin, which is a terminal here.
+        let saved = unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(libc::STDIN_FILENO, &mut t) != 0 {
+                return Err("cannot read the terminal's settings".into());
+            }
+            let saved = t;
+            t.c_lflag &= !libc::ECHO;
+            libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &t);
+            saved
+        };
+        let result = read(&mut line);
+        // SAFETY: as above, restoring the settings read before.
+        unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &saved) };
+        eprintln!();
+        result?;
+    } else {
+        read(&mut line)?;
+    }
+    let password = line.strip_suffix('\n').unwrap_or(&line);
+    Ok(password.strip_suffix('\r').unwrap_or(password).to_string())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(Command::Passwd { user, md5 }) = cli.command.take() {
+        return match passwd(&user, md5) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ringwire passwd: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     env_logger::Builder::new()
         .filter_level(cli.log_level)
         .format_timestamp_millis()
@@ -138,6 +269,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before the listening line: a SIGHUP from then on reloads instead of killing us.
+    if let Err(e) = shards::auth::reload_on_sighup(config.auth.clone()) {
+        eprintln!("ringwire: {e}");
+        return ExitCode::from(2);
+    }
     let listeners = match shards::runtime::bind(&config) {
         Ok(l) => l,
         Err(e) => {
@@ -152,11 +288,15 @@ fn main() -> ExitCode {
         config.placement.shard_count()
     );
     log::info!(
-        "placement {:?}, auth {:?}, max {} connections",
+        "placement {:?}, auth {:?}, max {} connections, io {:?}",
         config.placement,
         config.auth,
-        config.max_connections
+        config.max_connections,
+        config.io
     );
+    if let Some(path) = &listeners.unix_path {
+        log::info!("also listening on {}", path.display());
+    }
     let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
     match shards::runtime::run(config, listeners, move |mesh| {
         Frontend::new(mesh, shared.clone())

@@ -63,7 +63,13 @@ async fn password_authentication() {
     let dir = std::env::temp_dir().join(format!("ringwire-users-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let users = dir.join("users");
-    std::fs::write(&users, "# test users\nbob:hunter2\n").unwrap();
+    // bob's secret is PostgreSQL's md5 form, md5("hunter2" || "bob"): the file never holds
+    // plaintext (tests/auth.rs covers SCRAM verifiers and `ringwire passwd`).
+    std::fs::write(
+        &users,
+        "# test users\nbob:md5a2cc14bcc08bcb211f578153967abd6d\n",
+    )
+    .unwrap();
     let rw = Ringwire::start(&[
         "--auth",
         "password",
@@ -85,7 +91,9 @@ async fn password_authentication() {
             .get(0);
         assert_eq!(who, user);
     }
-    for (user, password) in [("alice", "wrong"), ("mallory", "s3cret"), ("alice", "")] {
+    // (An empty cleartext password gets PostgreSQL's own "empty password returned by client";
+    // tests/auth.rs compares that case with PostgreSQL.)
+    for (user, password) in [("alice", "wrong"), ("mallory", "s3cret"), ("bob", "s3cret")] {
         let conn = format!("{} password='{password}'", rw.connection_string(user));
         let err = tokio_postgres::connect(&conn, NoTls)
             .await

@@ -2,9 +2,11 @@
 //! [`ServerConfig::preflight`] before any executor starts: a bad setting is one clear sentence
 //! and a non-zero exit, never a panic inside a shard.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::auth::AuthStore;
 
 /// Where shards run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,14 +26,6 @@ impl Placement {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuthMethod {
-    /// Anyone who connects is let in (the default; meant for loopback).
-    Trust,
-    /// Cleartext password checked against the users list.
-    Password,
-}
-
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
@@ -40,9 +34,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Largest frontend message accepted (PostgreSQL's own limit is 1 GiB); larger is 08P01.
     pub max_message_bytes: usize,
-    pub auth: AuthMethod,
-    /// user -> password, for `AuthMethod::Password`.
-    pub users: HashMap<String, String>,
+    /// Who may connect and how they prove it: the host-based rules and the users, loaded and
+    /// checked before any shard starts, swapped whole on SIGHUP (see [`crate::auth`]).
+    pub auth: Arc<AuthStore>,
     /// glommio's registered I/O memory per shard. It is locked memory, so the sum over shards
     /// must fit RLIMIT_MEMLOCK (8 MiB on the project's machines; glommio's default is 10 MiB).
     pub io_memory_bytes: usize,
@@ -50,6 +44,19 @@ pub struct ServerConfig {
     pub startup_timeout: Duration,
     /// Hidden benchmark mode: answer every Query with prebuilt reply bytes, bypassing SQL.
     pub wire_floor: bool,
+    /// Which socket path the shards use.
+    pub io: IoMode,
+    /// Also listen on the Unix-domain socket `DIR/.s.PGSQL.<port>`, as PostgreSQL does.
+    pub unix_socket_dir: Option<std::path::PathBuf>,
+}
+
+/// The socket path under the connection state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// The shard's own io_uring (multishot accept/recv, batched sends): see `uring`.
+    Uring,
+    /// glommio's TcpStream/UnixStream.
+    Glommio,
 }
 
 impl Default for ServerConfig {
@@ -59,11 +66,12 @@ impl Default for ServerConfig {
             placement: Placement::Unpinned(1),
             max_connections: 1024,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-            auth: AuthMethod::Trust,
-            users: HashMap::new(),
+            auth: Arc::new(AuthStore::trust()),
             io_memory_bytes: DEFAULT_IO_MEMORY_BYTES,
             startup_timeout: Duration::from_secs(60),
             wire_floor: false,
+            io: IoMode::Uring,
+            unix_socket_dir: None,
         }
     }
 }
@@ -93,12 +101,6 @@ impl ServerConfig {
                 "--max-message-bytes {} is too small: clients' startup and auth messages need at least 1024",
                 self.max_message_bytes
             ));
-        }
-        if self.auth == AuthMethod::Password && self.users.is_empty() {
-            return Err(
-                "--auth password needs at least one user (--user NAME:PASSWORD or --users-file)"
-                    .into(),
-            );
         }
         if let Placement::Pinned(cores) = &self.placement {
             let online = online_cpus()?;
@@ -231,11 +233,6 @@ mod tests {
             ..Default::default()
         };
         assert!(cfg.preflight().is_err());
-        let cfg = ServerConfig {
-            auth: AuthMethod::Password,
-            ..Default::default()
-        };
-        assert!(cfg.preflight().unwrap_err().contains("--auth password"));
         if memlock_limit_bytes().is_some() {
             let cfg = ServerConfig {
                 io_memory_bytes: 1 << 40,

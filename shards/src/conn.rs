@@ -7,8 +7,8 @@
 //! `AsyncRead + AsyncWrite`, so the io_uring path can replace glommio's stream underneath.
 //!
 //! States: `startup` (startup packet, SSL/GSS negotiation answered `N`, cancel requests) →
-//! `authenticate` → ready ⇄ in-query, with the transaction status `I`/`T`/`E` in
-//! `Conn::tx` and `skip_until_sync` after an error in the extended protocol.
+//! `authenticate` (in `crate::auth`) → ready ⇄ in-query, with the transaction status
+//! `I`/`T`/`E` in `Conn::tx` and `skip_until_sync` after an error in the extended protocol.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -22,9 +22,10 @@ use protocol::frontend::{self, FrontendMessage, StartupRequest, Target};
 use protocol::wire::{frame_bytes_needed, split_frame};
 use protocol::{PgError, Severity, SqlState};
 
-use crate::config::AuthMethod;
+use crate::auth::{authenticate, Client};
 use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
 use crate::shard::Shard;
+use crate::uring::Peer;
 
 /// COPY FROM STDIN data is collected before it is parsed and applied; this bounds what one
 /// client can make a shard hold (scale 10 of pgbench_accounts is ~70 MB of COPY text).
@@ -55,8 +56,20 @@ impl ReadBuf {
         }
     }
 
-    fn data(&self) -> &[u8] {
+    pub(crate) fn data(&self) -> &[u8] {
         &self.buf[self.start..self.end]
+    }
+
+    /// Drop the `n` bytes that follow the first `keep` (authentication reads its messages
+    /// behind the StartupMessage, which stays at the front).
+    pub(crate) fn remove_after(&mut self, keep: usize, n: usize) {
+        assert!(
+            keep + n <= self.end - self.start,
+            "removing bytes that were never buffered"
+        );
+        self.buf
+            .copy_within(self.start..self.start + keep, self.start + n);
+        self.consume(n);
     }
 
     fn consume(&mut self, n: usize) {
@@ -74,7 +87,7 @@ impl ReadBuf {
     /// Read at least one more byte. `want` is how many more bytes the partial message at the
     /// front needs (if known), so a large message is read into a buffer grown once.
     /// Returns Ok(false) on a clean end of stream.
-    async fn fill<S: AsyncRead + Unpin>(
+    pub(crate) async fn fill<S: AsyncRead + Unpin>(
         &mut self,
         stream: &mut S,
         want: usize,
@@ -122,19 +135,20 @@ impl From<io::Error> for End {
 }
 
 /// Serve one accepted connection until it ends. Never panics on client input; every way out
-/// is an [`End`].
+/// is an [`End`]. `peer` is the client's address, for the host-based auth rules.
 pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     shard: Rc<Shard<E>>,
     mut stream: S,
+    peer: Option<Peer>,
     over_limit: bool,
 ) -> End {
     let mut rbuf = ReadBuf::new();
     let mut out = Vec::with_capacity(READ_BUF_BYTES);
     let timeout = shard.config.startup_timeout;
     let started = futures_lite::future::or(
-        async { Some(startup(&shard, &mut stream, &mut rbuf, &mut out, over_limit).await) },
+        async { Some(startup(&shard, &mut stream, &mut rbuf, &mut out, peer, over_limit).await) },
         async {
-            glommio::timer::Timer::new(timeout).await;
+            crate::time::sleep(timeout).await;
             None
         },
     )
@@ -171,6 +185,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     rbuf: &mut ReadBuf,
     out: &mut Vec<u8>,
+    peer: Option<Peer>,
     over_limit: bool,
 ) -> Result<Conn<E>, End> {
     let (session, info) = loop {
@@ -242,7 +257,12 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                         unrecognized.into_iter(),
                     );
                 }
-                authenticate(shard, stream, rbuf, out, &info.user, n).await?;
+                let client = Client {
+                    user: &info.user,
+                    database: &info.database,
+                    peer,
+                };
+                authenticate(shard, stream, rbuf, out, &client, n).await?;
                 // The StartupMessage is still at the front of rbuf (authentication read past it
                 // and dropped only its own message), so the session is built from it in place.
                 let Ok(StartupRequest::Startup { params, .. }) =
@@ -290,67 +310,6 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         error_in_cycle: false,
         flush_requested: Cell::new(false),
     })
-}
-
-/// Run the configured authentication exchange. `startup_len` bytes at the front of `rbuf` are
-/// the StartupMessage, kept in place; the password message is read after it.
-async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
-    shard: &Rc<Shard<E>>,
-    stream: &mut S,
-    rbuf: &mut ReadBuf,
-    out: &mut Vec<u8>,
-    user: &str,
-    startup_len: usize,
-) -> Result<(), End> {
-    match shard.config.auth {
-        AuthMethod::Trust => Ok(()),
-        AuthMethod::Password => {
-            backend::write_auth_cleartext(out);
-            stream.write_all(out).await?;
-            out.clear();
-            // The password message must fit a small bound: nothing legitimate is larger.
-            const MAX_PASSWORD_MESSAGE_BYTES: usize = 8192;
-            let (tag, password_ok) = loop {
-                match split_frame(&rbuf.data()[startup_len..], MAX_PASSWORD_MESSAGE_BYTES)
-                    .map_err(End::Fatal)?
-                {
-                    Some((frame, _)) => {
-                        if frame.tag != b'p' {
-                            break (frame.tag, false);
-                        }
-                        let password = frontend::parse_password(frame.body).map_err(End::Fatal)?;
-                        break (frame.tag, shard.check_password(user, password));
-                    }
-                    None => {
-                        if !rbuf.fill(stream, 5).await? {
-                            return Err(End::ClientClosed);
-                        }
-                    }
-                }
-            };
-            if tag != b'p' {
-                return Err(End::Fatal(PgError::fatal(
-                    SqlState::PROTOCOL_VIOLATION,
-                    format!("expected password response, got message type {tag}"),
-                )));
-            }
-            if !password_ok {
-                return Err(End::Fatal(PgError::fatal(
-                    SqlState::INVALID_PASSWORD,
-                    format!("password authentication failed for user \"{user}\""),
-                )));
-            }
-            // Drop the password message, keep the startup packet at the front.
-            let (_, n) = split_frame(&rbuf.data()[startup_len..], MAX_PASSWORD_MESSAGE_BYTES)
-                .ok()
-                .flatten()
-                .expect("the password message was framed above");
-            rbuf.buf
-                .copy_within(rbuf.start..rbuf.start + startup_len, rbuf.start + n);
-            rbuf.consume(n);
-            Ok(())
-        }
-    }
 }
 
 /// An established connection.

@@ -232,7 +232,7 @@ impl CancelToken {
     pub async fn sleep(&self, duration: Duration) -> Result<(), PgError> {
         self.check()?;
         CancellableSleep {
-            timer: glommio::timer::Timer::new(duration),
+            timer: crate::time::sleep(duration),
             token: self,
         }
         .await
@@ -247,7 +247,7 @@ pub fn query_canceled() -> PgError {
 }
 
 struct CancellableSleep<'a> {
-    timer: glommio::timer::Timer,
+    timer: crate::time::Sleep,
     token: &'a CancelToken,
 }
 

@@ -6,15 +6,22 @@
 //! - `shard`: per-shard state (engine, cancel tokens, process ids).
 //! - `conn`: one connection's state machine (startup → auth → ready ⇄ in-query), flushing once
 //!   per batch of replies.
+//! - [`auth`]: host-based rules, users' SCRAM/md5 secrets, the authentication exchanges;
+//!   the tables are one `Arc` snapshot per connection, swapped whole on SIGHUP.
 //! - [`engine`]: the [`engine::Engine`] trait the SQL side implements.
+//! - [`uring`]: the shard's own io_uring socket path (the default); [`time`]: timers that
+//!   work on both paths.
 //!
 //! What crosses cores: only CancelRequests (over flume channels, to the shard whose id is in
 //! the process id) and the connection count (one atomic add per connect).
 
+pub mod auth;
 pub mod config;
 mod conn;
 pub mod engine;
 pub mod runtime;
 mod shard;
+pub mod time;
+pub mod uring;
 
 pub use shard::shard_of_process_id;

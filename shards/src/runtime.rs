@@ -10,28 +10,40 @@
 //! The sockets are created and bound here, on the main thread, before any executor starts, so
 //! "address in use" is a startup error, and `--listen 127.0.0.1:0` resolves to one port that
 //! every shard shares.
+//!
+//! The Unix-domain socket (`--unix-socket-dir`) is one socket: AF_UNIX has no SO_REUSEPORT.
+//! On the io_uring path every shard keeps a multishot accept on it and the kernel hands each
+//! connection to one of them. On the glommio path (whose Unix listener cannot adopt a bound
+//! socket) one plain thread accepts and deals connections to the shards in turn.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::net::UnixListener as StdUnixListener;
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::{LocalExecutorBuilder, Placement as GlommioPlacement};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::config::{Placement, ServerConfig};
+use crate::config::{IoMode, Placement, ServerConfig};
 use crate::conn::{serve, End};
 use crate::engine::Engine;
 use crate::shard::{CancelMessage, Shard, MAX_SHARDS};
+use crate::uring::{Doorbell, Driver, Peer};
 
 /// Bound listening sockets, ready to hand to shards.
 pub struct Listeners {
     sockets: Vec<StdListener>,
+    unix: Option<StdUnixListener>,
     pub local_addr: SocketAddr,
+    /// The Unix-domain socket's path, with `--unix-socket-dir`.
+    pub unix_path: Option<PathBuf>,
 }
 
-/// Bind one SO_REUSEPORT socket per shard on `config.listen`.
+/// Bind one SO_REUSEPORT socket per shard on `config.listen`, and the Unix-domain socket.
 pub fn bind(config: &ServerConfig) -> Result<Listeners, String> {
     let shards = config.placement.shard_count();
     if shards > MAX_SHARDS {
@@ -61,10 +73,42 @@ pub fn bind(config: &ServerConfig) -> Result<Listeners, String> {
         }
         sockets.push(socket.into());
     }
+    let (unix, unix_path) = match &config.unix_socket_dir {
+        Some(dir) => {
+            let path = dir.join(format!(".s.PGSQL.{}", addr.port()));
+            (Some(bind_unix(&path)?), Some(path))
+        }
+        None => (None, None),
+    };
     Ok(Listeners {
         sockets,
+        unix,
         local_addr: addr,
+        unix_path,
     })
+}
+
+/// Bind PostgreSQL's socket file, replacing a stale one (no server answers on it) but never a
+/// live one.
+fn bind_unix(path: &std::path::Path) -> Result<StdUnixListener, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "cannot listen on {shown}: another server is accepting connections there"
+            ));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| format!("cannot remove the stale socket file {shown}: {e}"))?;
+    }
+    let listener =
+        StdUnixListener::bind(path).map_err(|e| format!("cannot listen on {shown}: {e}"))?;
+    // PostgreSQL's default unix_socket_permissions: anyone on the host may connect (access
+    // control is authentication's job).
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))
+        .map_err(|e| format!("cannot set permissions of {shown}: {e}"))?;
+    Ok(listener)
 }
 
 /// The engine's cross-shard messaging: one unbounded channel into each shard. Engines batch
@@ -73,6 +117,7 @@ pub fn bind(config: &ServerConfig) -> Result<Listeners, String> {
 pub struct Mesh<M> {
     pub shard_id: usize,
     senders: Vec<flume::Sender<M>>,
+    bells: Arc<Vec<Arc<Doorbell>>>,
 }
 
 impl<M> Mesh<M> {
@@ -82,7 +127,10 @@ impl<M> Mesh<M> {
 
     /// Send to shard `to` (which may be this shard). False if that shard has stopped.
     pub fn send(&self, to: usize, msg: M) -> bool {
-        self.senders[to].send(msg).is_ok()
+        let ok = self.senders[to].send(msg).is_ok();
+        // A shard parked in its io_uring only learns of the message through its doorbell.
+        self.bells[to].ring();
+        ok
     }
 }
 
@@ -97,6 +145,12 @@ where
     let make_engine = Arc::new(make_engine);
     let shards = config.placement.shard_count();
     let open_connections = Arc::new(AtomicUsize::new(0));
+    let bells: Arc<Vec<Arc<Doorbell>>> = Arc::new(
+        (0..shards)
+            .map(|_| Doorbell::new().map(Arc::new))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("cannot create an eventfd: {e}"))?,
+    );
     // Cancel requests are rare; a small bounded queue per shard is plenty, and a full one
     // drops the request (best-effort, like PostgreSQL's signal).
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards)
@@ -105,12 +159,52 @@ where
     let (mesh_senders, mesh_receivers): (Vec<_>, Vec<_>) = (0..shards)
         .map(|_| flume::unbounded::<E::Message>())
         .unzip();
+    // Unix-domain connections: on the io_uring path every shard accepts on its own duplicate
+    // of the socket; on the glommio path one thread accepts and deals them out.
+    let mut unix_fds: Vec<Option<OwnedFd>> = (0..shards).map(|_| None).collect();
+    let mut unix_receivers: Vec<Option<flume::Receiver<std::os::unix::net::UnixStream>>> =
+        (0..shards).map(|_| None).collect();
+    if let Some(unix) = listeners.unix {
+        match config.io {
+            IoMode::Uring => {
+                for slot in unix_fds.iter_mut() {
+                    let fd = unix
+                        .try_clone()
+                        .map_err(|e| format!("cannot duplicate the Unix socket: {e}"))?;
+                    *slot = Some(fd.into());
+                }
+            }
+            IoMode::Glommio => {
+                let (txs, rxs): (Vec<_>, Vec<_>) = (0..shards).map(|_| flume::unbounded()).unzip();
+                for (slot, rx) in unix_receivers.iter_mut().zip(rxs) {
+                    *slot = Some(rx);
+                }
+                std::thread::Builder::new()
+                    .name("unix-accept".into())
+                    .spawn(move || {
+                        for (i, conn) in unix.incoming().enumerate() {
+                            match conn {
+                                Ok(conn) => {
+                                    let _ = txs[i % txs.len()].send(conn);
+                                }
+                                Err(e) => {
+                                    log::warn!("unix socket accept failed: {e}");
+                                    std::thread::sleep(std::time::Duration::from_millis(10));
+                                }
+                            }
+                        }
+                    })
+                    .map_err(|e| format!("cannot start the Unix socket thread: {e}"))?;
+            }
+        }
+    }
     let mut handles = Vec::with_capacity(shards);
-    for (id, ((listener, cancel_rx), mesh_rx)) in listeners
+    for (id, (((listener, cancel_rx), mesh_rx), (unix_fd, unix_rx))) in listeners
         .sockets
         .into_iter()
         .zip(receivers)
         .zip(mesh_receivers)
+        .zip(unix_fds.into_iter().zip(unix_receivers))
         .enumerate()
     {
         let placement = match &config.placement {
@@ -121,20 +215,55 @@ where
         let make_engine = make_engine.clone();
         let senders = senders.clone();
         let open_connections = open_connections.clone();
+        let bells = bells.clone();
         let mesh = Mesh {
             shard_id: id,
             senders: mesh_senders.clone(),
+            bells: bells.clone(),
         };
-        let fd = listener.into_raw_fd();
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
             .spawn(move || async move {
+                // On the io_uring path the driver comes first: the engine may start tasks that
+                // use timers, and `shards::time` finds the driver when a timer is created.
+                let mut glommio_listener = None;
+                let driver = match config.io {
+                    IoMode::Uring => {
+                        let mut fds = vec![(OwnedFd::from(listener), false)];
+                        fds.extend(unix_fd.map(|fd| (fd, true)));
+                        match Driver::new(fds, bells[id].clone()) {
+                            Ok(d) => Some(d),
+                            Err(e) => {
+                                // probe() passed at startup: this is resource exhaustion.
+                                eprintln!("ringwire: shard {id} cannot set up its io_uring: {e}");
+                                std::process::exit(1);
+                            }
+                        }
+                    }
+                    IoMode::Glommio => {
+                        glommio_listener = Some(listener);
+                        None
+                    }
+                };
                 let engine = make_engine(mesh);
-                let shard = Rc::new(Shard::new(id, engine, config, senders, open_connections));
-                // SAFETY: `fd` is a listening socket we own; ownership moves into the listener.
-                let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd) };
-                shard_main(shard, listener, cancel_rx, mesh_rx).await
+                let shard = Rc::new(Shard::new(
+                    id,
+                    engine,
+                    config.clone(),
+                    senders,
+                    bells.clone(),
+                    open_connections,
+                ));
+                let inputs = ShardInputs {
+                    cancels: cancel_rx,
+                    mesh: mesh_rx,
+                };
+                match (driver, glommio_listener) {
+                    (Some(driver), _) => uring_main(shard, driver, inputs).await,
+                    (None, Some(listener)) => glommio_main(shard, listener, unix_rx, inputs).await,
+                    (None, None) => unreachable!("one socket path is set up"),
+                }
             })
             .map_err(|e| format!("cannot start shard {id}: {e}"))?;
         handles.push(handle);
@@ -147,12 +276,53 @@ where
     Ok(())
 }
 
-async fn shard_main<E: Engine>(
-    shard: Rc<Shard<E>>,
-    listener: glommio::net::TcpListener,
+/// What other shards send to this one.
+struct ShardInputs<M> {
     cancels: flume::Receiver<CancelMessage>,
-    mesh: flume::Receiver<E::Message>,
+    mesh: flume::Receiver<M>,
+}
+
+/// A shard on the io_uring path: the driver owns the sockets and the thread's sleep, and
+/// drains the cross-shard channels itself (see `uring`).
+async fn uring_main<E: Engine>(
+    shard: Rc<Shard<E>>,
+    driver: Rc<Driver>,
+    inputs: ShardInputs<E::Message>,
 ) {
+    let inputs = Rc::new(inputs);
+    let on_accept = {
+        let shard = shard.clone();
+        Box::new(move |stream, peer| spawn_connection(shard.clone(), stream, Some(peer)))
+    };
+    let drain = {
+        let (shard, inputs) = (shard.clone(), inputs.clone());
+        Box::new(move || {
+            let mut n = 0;
+            while let Ok(msg) = inputs.mesh.try_recv() {
+                shard.engine.on_message(msg);
+                n += 1;
+            }
+            while let Ok(msg) = inputs.cancels.try_recv() {
+                shard.apply_cancel(msg);
+                n += 1;
+            }
+            n
+        })
+    };
+    let pending = Box::new(move || !inputs.mesh.is_empty() || !inputs.cancels.is_empty());
+    driver.set_handlers(on_accept, drain, pending);
+    log::debug!("shard {} serving on its io_uring", shard.id);
+    driver.run().await
+}
+
+/// A shard on glommio's sockets.
+async fn glommio_main<E: Engine>(
+    shard: Rc<Shard<E>>,
+    listener: StdListener,
+    unix: Option<flume::Receiver<std::os::unix::net::UnixStream>>,
+    inputs: ShardInputs<E::Message>,
+) {
+    let ShardInputs { cancels, mesh } = inputs;
     let mesh_task = {
         let shard = shard.clone();
         glommio::spawn_local(async move {
@@ -171,6 +341,19 @@ async fn shard_main<E: Engine>(
         })
     };
     cancel_task.detach();
+    if let Some(unix) = unix {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Ok(conn) = unix.recv_async().await {
+                // SAFETY: the accepted socket's fd moves into the glommio stream.
+                let stream = unsafe { glommio::net::UnixStream::from_raw_fd(conn.into_raw_fd()) };
+                spawn_connection(shard.clone(), stream, Some(Peer::Unix));
+            }
+        })
+        .detach();
+    }
+    // SAFETY: `listener` is a listening socket we own; ownership moves into glommio's.
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
     log::debug!(
         "shard {} accepting on {:?}",
         shard.id,
@@ -187,28 +370,36 @@ async fn shard_main<E: Engine>(
             }
         };
         let _ = stream.set_nodelay(true);
-        let peer = stream.peer_addr().ok();
-        let within_limit = shard.connection_opened();
-        let shard = shard.clone();
-        glommio::spawn_local(async move {
-            let end = serve(shard.clone(), stream, !within_limit).await;
-            shard.connection_closed();
-            match end {
-                End::ClientClosed | End::Terminated | End::CancelRequest => {
-                    log::debug!(
-                        "shard {}: connection from {peer:?} closed ({end:?})",
-                        shard.id
-                    )
-                }
-                End::Fatal(e) => log::info!(
-                    "shard {}: connection from {peer:?} ended: {} {}",
-                    shard.id,
-                    e.code,
-                    e.message
-                ),
-                End::Io(e) => log::info!("shard {}: connection from {peer:?} ended: {e}", shard.id),
-            }
-        })
-        .detach();
+        let peer = stream.peer_addr().ok().map(Peer::Tcp);
+        spawn_connection(shard.clone(), stream, peer);
     }
+}
+
+/// Serve one accepted connection on its own task.
+fn spawn_connection<E, S>(shard: Rc<Shard<E>>, stream: S, peer: Option<Peer>)
+where
+    E: Engine,
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let within_limit = shard.connection_opened();
+    glommio::spawn_local(async move {
+        let end = serve(shard.clone(), stream, peer, !within_limit).await;
+        shard.connection_closed();
+        match end {
+            End::ClientClosed | End::Terminated | End::CancelRequest => {
+                log::debug!(
+                    "shard {}: connection from {peer:?} closed ({end:?})",
+                    shard.id
+                )
+            }
+            End::Fatal(e) => log::info!(
+                "shard {}: connection from {peer:?} ended: {} {}",
+                shard.id,
+                e.code,
+                e.message
+            ),
+            End::Io(e) => log::info!("shard {}: connection from {peer:?} ended: {e}", shard.id),
+        }
+    })
+    .detach();
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::config::ServerConfig;
 use crate::engine::{CancelToken, Engine};
+use crate::uring::Doorbell;
 
 /// A CancelRequest that arrived on another shard, forwarded to the owner.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +35,7 @@ pub(crate) struct Shard<E: Engine> {
     pub config: Arc<ServerConfig>,
     cancels: RefCell<HashMap<i32, (i32, Rc<CancelToken>)>>,
     cancel_mesh: Vec<flume::Sender<CancelMessage>>,
+    bells: Arc<Vec<Arc<Doorbell>>>,
     next_serial: Cell<u32>,
     pub open_connections: Arc<AtomicUsize>,
     /// With `ServerConfig::wire_floor`: the prebuilt reply to every Query.
@@ -46,6 +48,7 @@ impl<E: Engine> Shard<E> {
         engine: E,
         config: Arc<ServerConfig>,
         cancel_mesh: Vec<flume::Sender<CancelMessage>>,
+        bells: Arc<Vec<Arc<Doorbell>>>,
         open_connections: Arc<AtomicUsize>,
     ) -> Shard<E> {
         assert!(
@@ -59,6 +62,7 @@ impl<E: Engine> Shard<E> {
             config,
             cancels: RefCell::new(HashMap::new()),
             cancel_mesh,
+            bells,
             next_serial: Cell::new(1),
             open_connections,
         }
@@ -111,6 +115,7 @@ impl<E: Engine> Shard<E> {
             // A full or closed channel means the owner is gone or drowning; a cancel is
             // best-effort in PostgreSQL too.
             let _ = tx.try_send(msg);
+            self.bells[owner].ring();
         }
     }
 
@@ -120,16 +125,6 @@ impl<E: Engine> Shard<E> {
                 token.cancel();
             }
         }
-    }
-
-    pub fn check_password(&self, user: &str, password: &str) -> bool {
-        // Compare against a dummy when the user is unknown so both cases take the same time.
-        let expected = self.config.users.get(user);
-        let ok = constant_time_eq(
-            expected.map_or(b"\0no such user\0".as_slice(), |p| p.as_bytes()),
-            password.as_bytes(),
-        );
-        ok && expected.is_some()
     }
 
     pub fn connection_opened(&self) -> bool {
@@ -175,6 +170,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// 32 random bits from the kernel (getrandom(2)): cancel keys must not be guessable.
 pub(crate) fn random_i32() -> i32 {
     let mut buf = [0u8; 4];
+    fill_random(&mut buf);
+    i32::from_ne_bytes(buf)
+}
+
+/// Fill `buf` from the kernel's CSPRNG (getrandom(2)): cancel keys, SCRAM nonces and salts.
+pub(crate) fn fill_random(buf: &mut [u8]) {
     let mut filled = 0;
     while filled < buf.len() {
         // SAFETY: writes at most the remaining bytes of `buf`.
@@ -186,5 +187,4 @@ pub(crate) fn random_i32() -> i32 {
             panic!("getrandom failed: {}", std::io::Error::last_os_error());
         }
     }
-    i32::from_ne_bytes(buf)
 }

@@ -11,11 +11,14 @@ pub struct Ringwire {
 }
 
 impl Ringwire {
-    /// `ringwire --listen 127.0.0.1:0 --shards 2 EXTRA...`; waits for the "listening on" line.
+    /// `ringwire --listen 127.0.0.1:0 --shards 2 EXTRA...` (EXTRA may set its own --listen and
+    /// --shards/--cores); waits for the "listening on" line.
     /// Set RINGWIRE_TEST_LOG=1 to see the server's log on stderr.
     pub fn start(extra: &[&str]) -> Ringwire {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringwire"));
-        cmd.args(["--listen", "127.0.0.1:0"]);
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
         if !extra.iter().any(|a| *a == "--cores" || *a == "--shards") {
             cmd.args(["--shards", "2"]);
         }
