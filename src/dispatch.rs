@@ -19,34 +19,67 @@
 //! **Writers** take table-level locks held to the end of their transaction (strict two-phase
 //! locking; a lock cycle is a deadlock, 40P01). Inside a transaction block, reads see the
 //! block's snapshot plus its own writes.
+//!
+//! **Compaction.** A block's snapshot is held in `oracle::Holds` (a padded slot per shard,
+//! written when a block opens or closes). The compute compacts every [`COMPACT_EVERY_COMMITS`]
+//! commits and every [`COMPACT_INTERVAL`], below the oldest held snapshot (or its latest commit
+//! if none is held). A statement outside a block read at its shard's frontier, which
+//! compaction may have passed while the peek travelled: the compute then reads it at the
+//! compaction horizon instead — a later state, but one that was current while the statement
+//! ran, so the read stays strict serializable.
+//!
+//! **No allocation per peek in steady state.** On the compute shard a peek is a function call
+//! that encodes rows straight into the connection's buffer. From other shards, parameters and
+//! formats travel inline ([`Params`], [`Formats`]), the reply rows come back in a buffer the
+//! shard lent with the request, the message vectors go back and forth for reuse, waiting
+//! requests sit in a reused slab, and one long-lived task per shard sends the batches.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
-use oracle::Frontiers;
+use oracle::{Frontiers, Holds};
 use protocol::backend::DataRowWriter;
 use protocol::types::{binary, text, TextContext, Type, Value};
 use protocol::{Format, PgError, Severity, SqlState};
 use shards::runtime::Mesh;
+use smallvec::SmallVec;
 
 use crate::compute::exec;
 use crate::compute::storage::{Table, View};
 use crate::compute::{IndexDef, TableDef, TableId, TableRef, Timestamp, TxId};
 use crate::sql::expr::SessionInfo;
 use crate::sql::plan::{self, TablePlan};
+use crate::stats::{self, Counters, ShardStats};
 
 /// The shard whose engine holds the compute worker and the sequencer.
 pub const COMPUTE_SHARD: usize = 0;
 
+/// Compact after this many commits: bounds the versions a write-heavy load leaves behind
+/// between two timer ticks, while one compaction (which visits only rows written since the
+/// last) stays a small fraction of the commits' own work.
+pub const COMPACT_EVERY_COMMITS: u64 = 256;
+/// And at least this often when something may be compactable: old versions go soon after the
+/// last snapshot that needed them closes, even when writes have stopped.
+pub const COMPACT_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A statement's parameters as they travel to the compute: inline up to four (a point select
+/// has one), so sending them allocates nothing.
+pub type Params = SmallVec<[Value; 4]>;
+/// Result formats, inline for up to eight columns.
+pub type Formats = SmallVec<[Format; 8]>;
+
 /// State shared by every shard, created before they start.
 pub struct Shared {
     pub frontiers: Arc<Frontiers>,
+    /// The oldest snapshot each shard's transaction blocks hold (see [`oracle::Holds`]).
+    pub holds: Holds,
     /// The catalog as of the latest DDL. Shards copy it when `catalog_version` moves (a load
     /// per query) and plan against their copy; only DDL takes the write lock.
     catalog: RwLock<Catalog>,
@@ -57,6 +90,7 @@ impl Shared {
     pub fn new(shards: usize) -> Arc<Shared> {
         Arc::new(Shared {
             frontiers: Arc::new(Frontiers::new(shards)),
+            holds: Holds::new(shards),
             catalog: RwLock::new(Catalog::default()),
             catalog_version: AtomicU64::new(0),
         })
@@ -85,64 +119,101 @@ pub struct Catalog {
 
 impl plan::Catalog for Catalog {
     fn table(&self, name: &str) -> Option<TableRef> {
-        self.tables.get(name).cloned()
+        match name.strip_prefix("ringwire.") {
+            Some(relation) => stats::relation(relation),
+            None => self.tables.get(name).cloned(),
+        }
     }
     fn relation_exists(&self, name: &str) -> bool {
         self.tables.contains_key(name) || self.indexes.contains_key(name)
     }
 }
 
-/// What a remote peek needs of the session that sent it.
-#[derive(Clone)]
+/// What the compute needs of the session that sent a statement. A session keeps one behind an
+/// `Arc` and replaces it only when its text settings change, so sending it costs a reference
+/// count, not a copy.
+#[derive(Clone, Debug, PartialEq)]
 pub struct SessionSnapshot {
     pub text: TextContext,
     pub user: String,
     pub database: String,
     pub process_id: i32,
+}
+
+/// A [`SessionSnapshot`] with the statement's start time: what expressions evaluated by the
+/// compute see of their session.
+pub struct StatementSession<'a> {
+    pub session: &'a SessionSnapshot,
     pub statement_timestamp_us: i64,
 }
 
-impl SessionInfo for SessionSnapshot {
+impl SessionInfo for StatementSession<'_> {
     fn current_setting(&self, _name: &str) -> Option<String> {
         // Settings are not shipped with a peek; `current_setting()` in a table query is
         // answered as unknown (a known gap, see the compute issue's notes).
         None
     }
     fn text_context(&self) -> &TextContext {
-        &self.text
+        &self.session.text
     }
     fn database(&self) -> &str {
-        &self.database
+        &self.session.database
     }
     fn user(&self) -> &str {
-        &self.user
+        &self.session.user
     }
     fn backend_pid(&self) -> i32 {
-        self.process_id
+        self.session.process_id
     }
     fn statement_timestamp_us(&self) -> i64 {
         self.statement_timestamp_us
     }
 }
 
+/// At which timestamp a peek reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAt {
+    /// A statement outside a transaction block, at the frontier its shard loaded when it
+    /// started (strict serializable). If compaction passed that timestamp while the peek
+    /// travelled, the compute reads at the compaction horizon: a state that was current while
+    /// the statement ran, so still strict serializable.
+    Frontier(Timestamp),
+    /// A transaction block's snapshot, held in [`Shared::holds`]: exactly this timestamp.
+    Snapshot(Timestamp),
+    /// `serializable` isolation: the compute's latest complete timestamp, without the oracle.
+    /// Its [`Answer::ts`] tells a block which snapshot it got.
+    Latest,
+}
+
+/// What a peek reads: committed data at `at`, plus the intents of `tx` (a block's own writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadSpec {
+    pub at: ReadAt,
+    pub tx: Option<TxId>,
+}
+
 pub enum Request {
-    /// Run a SELECT (or COPY TO's select) at `view`.
+    /// Run a SELECT (or COPY TO's select) at `read`. `rows` is a buffer the sender lends for
+    /// the encoded reply (it comes back in [`Answer::rows`]).
     Peek {
         plan: Arc<TablePlan>,
-        params: Vec<Value>,
-        view: View,
-        session: SessionSnapshot,
-        formats: Vec<Format>,
+        params: Params,
+        read: ReadSpec,
+        session: Arc<SessionSnapshot>,
+        statement_timestamp_us: i64,
+        formats: Formats,
+        rows: Vec<u8>,
     },
     /// Run an INSERT/UPDATE/DELETE/TRUNCATE/COPY FROM as part of `tx`; with `autocommit`,
     /// commit it at once.
     Write {
         tx: TxId,
         plan: Arc<TablePlan>,
-        params: Vec<Value>,
+        params: Params,
         copy_rows: Vec<Vec<Value>>,
-        session: SessionSnapshot,
-        formats: Vec<Format>,
+        session: Arc<SessionSnapshot>,
+        statement_timestamp_us: i64,
+        formats: Formats,
         autocommit: bool,
     },
     Commit {
@@ -162,28 +233,56 @@ pub enum Request {
     },
 }
 
+/// What [`Compute::handle_now`] did with a request.
+pub enum Handled {
+    Now(Reply),
+    /// It may wait for a lock: run it with [`Compute::handle`] in a task.
+    MustWait(Request),
+}
+
 /// The answer to a request: encoded DataRows (in the formats asked for) and a row count.
 #[derive(Default)]
 pub struct Answer {
     pub rows: Vec<u8>,
     pub count: u64,
     pub notices: Vec<PgError>,
+    /// For a peek: the timestamp it read at.
+    pub ts: Timestamp,
 }
 
 pub type Reply = Result<Answer, PgError>;
 
+/// A batch of requests or of replies; emptied vectors travel back for reuse.
+pub type RequestBatch = Vec<(u64, Request)>;
+pub type ReplyBatch = Vec<(u64, Reply)>;
+
 pub enum Message {
+    /// Requests for the compute. `spare` is an emptied reply vector for the compute to reuse.
     Requests {
         from: usize,
-        batch: Vec<(u64, Request)>,
+        batch: RequestBatch,
+        spare: ReplyBatch,
     },
-    Replies(Vec<(u64, Reply)>),
+    /// Replies from the compute. `spare` is the emptied request vector they answer.
+    Replies {
+        replies: ReplyBatch,
+        spare: RequestBatch,
+    },
+    /// Send this shard's counters to shard `from` (for `ringwire.shard_stats`).
+    StatsRequest {
+        from: usize,
+        id: u64,
+    },
+    StatsReply {
+        id: u64,
+        stats: ShardStats,
+    },
 }
 
-/// Encode one row as a DataRow in `formats` (missing formats are text).
+/// Encode one row of `columns` as a DataRow in `formats` (missing formats are text).
 pub fn write_data_row(
     row: &[Value],
-    types: &[Type],
+    columns: &[(String, Type)],
     formats: &[Format],
     ctx: &TextContext,
     out: &mut Vec<u8>,
@@ -194,12 +293,87 @@ pub fn write_data_row(
             w.null();
             continue;
         }
+        let ty = columns[i].1;
         match formats.get(i).copied().unwrap_or(Format::Text) {
-            Format::Text => w.value_with(|o| text::encode(value, types[i], ctx, o)),
-            Format::Binary => w.value_with(|o| binary::encode(value, types[i], o)),
+            Format::Text => w.value_with(|o| text::encode(value, ty, ctx, o)),
+            Format::Binary => w.value_with(|o| binary::encode(value, ty, o)),
         }
     }
     w.finish();
+}
+
+/// Run a SELECT or COPY TO plan over `table` at `view`, appending DataRows (or CopyData) to
+/// `out`. Returns the row count.
+pub fn run_select(
+    table: &Table,
+    plan: &TablePlan,
+    params: &[Value],
+    view: View,
+    session: &dyn SessionInfo,
+    formats: &[Format],
+    out: &mut Vec<u8>,
+) -> Result<u64, PgError> {
+    let (TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. }) = plan else {
+        return Err(PgError::new(
+            SqlState::INTERNAL_ERROR,
+            "peek of a non-SELECT plan",
+        ));
+    };
+    let ctx = session.text_context();
+    let TablePlan::CopyTo { format, .. } = plan else {
+        // The hot path: rows are encoded straight into `out`, nothing staged.
+        return exec::select(table, select, params, view, session, &mut |row| {
+            write_data_row(row, &select.columns, formats, ctx, out);
+            Ok(())
+        });
+    };
+    let types: Vec<Type> = select.columns.iter().map(|c| c.1).collect();
+    if format.header {
+        let names: Vec<Value> = select
+            .columns
+            .iter()
+            .map(|c| Value::Text(c.0.clone()))
+            .collect();
+        let text_types = vec![
+            Type {
+                scalar: protocol::types::Scalar::Text,
+                array: false
+            };
+            names.len()
+        ];
+        let start = protocol::wire::begin_message(out, b'd');
+        if format.csv {
+            exec::format_copy_csv(&names, &text_types, ctx, out);
+        } else {
+            exec::format_copy_text(&names, &text_types, ctx, out);
+        }
+        protocol::wire::finish_message(out, start);
+    }
+    exec::select(table, select, params, view, session, &mut |row| {
+        // COPY TO: one CopyData per row.
+        let start = protocol::wire::begin_message(out, b'd');
+        if format.csv {
+            exec::format_copy_csv(row, &types, ctx, out);
+        } else {
+            exec::format_copy_text(row, &types, ctx, out);
+        }
+        protocol::wire::finish_message(out, start);
+        Ok(())
+    })
+}
+
+/// A table holding `rows`, all committed: what a query over a `ringwire.*` relation runs on.
+pub fn virtual_table(def: TableRef, rows: Vec<Vec<Value>>) -> Table {
+    const TX: TxId = 1;
+    let mut table = Table::new(def);
+    let ctx = TextContext::default();
+    for row in rows {
+        table
+            .insert(TX, row, &ctx)
+            .expect("a stats row fits its relation (no constraints)");
+    }
+    table.commit(TX, 0);
+    table
 }
 
 /// Wakes every waiter when table locks are released.
@@ -253,6 +427,10 @@ pub struct Compute {
     tx_tables: RefCell<HashMap<TxId, Vec<TableId>>>,
     released: Notify,
     last_commit: Cell<Timestamp>,
+    /// Every table has been compacted below this: no version a read at or after it needs
+    /// is gone, and a [`ReadAt::Frontier`] read below it is moved up to it.
+    compacted_below: Cell<Timestamp>,
+    commits_since_compaction: Cell<u64>,
 }
 
 fn deadlock() -> PgError {
@@ -271,27 +449,124 @@ impl Compute {
             tx_tables: RefCell::new(HashMap::new()),
             released: Notify::default(),
             last_commit: Cell::new(0),
+            compacted_below: Cell::new(0),
+            commits_since_compaction: Cell::new(0),
         }
     }
 
-    pub async fn handle(&self, request: Request) -> Reply {
+    /// Compact on a timer as well as every [`COMPACT_EVERY_COMMITS`] commits, so versions go
+    /// once the snapshot that kept them ends even if nothing is written afterwards. The task
+    /// holds only a weak reference: it ends with the compute.
+    pub fn start_compaction_timer(self: &Rc<Self>) {
+        let me = Rc::downgrade(self);
+        glommio::spawn_local(async move {
+            loop {
+                shards::time::sleep(COMPACT_INTERVAL).await;
+                let Some(compute) = me.upgrade() else { return };
+                compute.compact();
+            }
+        })
+        .detach();
+    }
+
+    /// Drop the versions no read can need any more: those hidden below the oldest snapshot a
+    /// block holds on any shard (or below the latest commit if none is held). Cheap when there
+    /// is nothing to do: the tables visit only rows written since they were last compacted, and
+    /// nothing is visited unless the horizon moved.
+    pub fn compact(&self) {
+        let candidate = self.last_commit.get();
+        if candidate <= self.compacted_below.get() {
+            return;
+        }
+        let horizon = self.shared.holds.horizon(candidate);
+        if horizon <= self.compacted_below.get() {
+            return;
+        }
+        for table in self.tables.borrow_mut().values_mut() {
+            table.compact(horizon);
+        }
+        self.compacted_below.set(horizon);
+        self.commits_since_compaction.set(0);
+    }
+
+    /// The timestamp a read at `at` is served at.
+    fn read_ts(&self, at: ReadAt) -> Timestamp {
+        match at {
+            ReadAt::Frontier(ts) => ts.max(self.compacted_below.get()),
+            ReadAt::Snapshot(ts) => {
+                debug_assert!(
+                    ts >= self.compacted_below.get(),
+                    "a held snapshot at {ts} was compacted below {}",
+                    self.compacted_below.get()
+                );
+                ts
+            }
+            ReadAt::Latest => self.last_commit.get(),
+        }
+    }
+
+    /// Answer a request that needs no waiting (reads, commits, aborts) now; give back one that
+    /// may wait (for a lock) and must run as a task.
+    pub fn handle_now(&self, request: Request) -> Handled {
         match request {
             Request::Peek {
                 plan,
                 params,
-                view,
+                read,
                 session,
+                statement_timestamp_us,
                 formats,
-            } => self.peek(&plan, &params, view, &session, &formats),
+                mut rows,
+            } => {
+                let session = StatementSession {
+                    session: &session,
+                    statement_timestamp_us,
+                };
+                Handled::Now(
+                    self.peek_into(&plan, &params, read, &session, &formats, &mut rows)
+                        .map(|(count, ts)| Answer {
+                            rows,
+                            count,
+                            notices: Vec::new(),
+                            ts,
+                        }),
+                )
+            }
+            Request::Commit { tx } => {
+                self.commit(tx);
+                Handled::Now(Ok(Answer::default()))
+            }
+            Request::Abort { tx } => {
+                self.abort(tx);
+                Handled::Now(Ok(Answer::default()))
+            }
+            other => Handled::MustWait(other),
+        }
+    }
+
+    pub async fn handle(&self, request: Request) -> Reply {
+        let request = match self.handle_now(request) {
+            Handled::Now(reply) => return reply,
+            Handled::MustWait(request) => request,
+        };
+        match request {
+            Request::Peek { .. } | Request::Commit { .. } | Request::Abort { .. } => {
+                unreachable!("answered by handle_now")
+            }
             Request::Write {
                 tx,
                 plan,
                 params,
                 copy_rows,
                 session,
+                statement_timestamp_us,
                 formats,
                 autocommit,
             } => {
+                let session = StatementSession {
+                    session: &session,
+                    statement_timestamp_us,
+                };
                 let result = self
                     .write(tx, &plan, &params, copy_rows, &session, &formats)
                     .await;
@@ -304,14 +579,6 @@ impl Compute {
                     }
                 }
                 result
-            }
-            Request::Commit { tx } => {
-                self.commit(tx);
-                Ok(Answer::default())
-            }
-            Request::Abort { tx } => {
-                self.abort(tx);
-                Ok(Answer::default())
             }
             Request::Ddl { plan } => self.ddl(&plan).await,
             Request::AddIndex {
@@ -326,67 +593,61 @@ impl Compute {
         }
     }
 
-    fn peek(
+    /// Run a SELECT (or COPY TO) plan at `read`, appending its encoded rows to `out`. Returns
+    /// the row count and the timestamp read at. On error `out` is as it was.
+    pub fn peek_into(
         &self,
         plan: &TablePlan,
         params: &[Value],
-        view: View,
-        session: &SessionSnapshot,
+        read: ReadSpec,
+        session: &dyn SessionInfo,
         formats: &[Format],
-    ) -> Reply {
+        out: &mut Vec<u8>,
+    ) -> Result<(u64, Timestamp), PgError> {
         let (TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. }) = plan else {
             return Err(PgError::new(
                 SqlState::INTERNAL_ERROR,
                 "peek of a non-SELECT plan",
             ));
         };
-        let tables = self.tables.borrow();
-        let table = tables.get(&select.table).ok_or_else(dropped_table)?;
-        let types: Vec<Type> = select.columns.iter().map(|c| c.1).collect();
-        let mut answer = Answer::default();
-        let ctx = &session.text;
-        let copy = match plan {
-            TablePlan::CopyTo { format, .. } => Some(format),
-            _ => None,
+        let ts = self.read_ts(read.at);
+        let view = View { ts, tx: read.tx };
+        let mark = out.len();
+        let result = if select.table == stats::TABLE_STATS_ID {
+            let table = self.table_stats();
+            run_select(&table, plan, params, View::LATEST, session, formats, out)
+        } else {
+            let tables = self.tables.borrow();
+            let table = tables.get(&select.table).ok_or_else(dropped_table)?;
+            run_select(table, plan, params, view, session, formats, out)
         };
-        if let Some(format) = copy.filter(|f| f.header) {
-            let names: Vec<Value> = select
-                .columns
-                .iter()
-                .map(|c| Value::Text(c.0.clone()))
-                .collect();
-            let text_types = vec![
-                Type {
-                    scalar: protocol::types::Scalar::Text,
-                    array: false
-                };
-                names.len()
-            ];
-            let start = protocol::wire::begin_message(&mut answer.rows, b'd');
-            if format.csv {
-                exec::format_copy_csv(&names, &text_types, ctx, &mut answer.rows);
-            } else {
-                exec::format_copy_text(&names, &text_types, ctx, &mut answer.rows);
+        match result {
+            Ok(count) => Ok((count, ts)),
+            Err(e) => {
+                out.truncate(mark);
+                Err(e)
             }
-            protocol::wire::finish_message(&mut answer.rows, start);
         }
-        answer.count = exec::select(table, select, params, view, session, &mut |row| {
-            match copy {
-                // COPY TO: one CopyData per row.
-                Some(format) => {
-                    let start = protocol::wire::begin_message(&mut answer.rows, b'd');
-                    if format.csv {
-                        exec::format_copy_csv(row, &types, ctx, &mut answer.rows);
-                    } else {
-                        exec::format_copy_text(row, &types, ctx, &mut answer.rows);
-                    }
-                    protocol::wire::finish_message(&mut answer.rows, start);
-                }
-                None => write_data_row(row, &types, formats, ctx, &mut answer.rows),
-            }
-            Ok(())
-        })?;
-        Ok(answer)
+    }
+
+    /// `ringwire.table_stats`, built from the tables as they are now.
+    fn table_stats(&self) -> Table {
+        let tables = self.tables.borrow();
+        let mut named: Vec<&Table> = tables.values().collect();
+        named.sort_by(|a, b| a.def().name.cmp(&b.def().name));
+        let rows = named
+            .into_iter()
+            .map(|t| {
+                stats::table_row(
+                    &t.def().name,
+                    t.len_at(View::LATEST),
+                    t.version_count(),
+                    t.index_entry_count(),
+                )
+            })
+            .collect();
+        let def = stats::relation("table_stats").expect("a ringwire relation");
+        virtual_table(def, rows)
     }
 
     /// Take `table`'s write lock for `tx`, waiting while another transaction holds it.
@@ -437,7 +698,7 @@ impl Compute {
         plan: &TablePlan,
         params: &[Value],
         copy_rows: Vec<Vec<Value>>,
-        session: &SessionSnapshot,
+        session: &dyn SessionInfo,
         formats: &[Format],
     ) -> Reply {
         let table_ids: Vec<TableId> = match plan {
@@ -475,16 +736,14 @@ impl Compute {
         }
         let mut tables = self.tables.borrow_mut();
         let mut answer = Answer::default();
-        let ctx = &session.text;
-        let (returning_types, mut sink): (Vec<Type>, Vec<Vec<Value>>) = (
-            match plan {
-                TablePlan::Insert(p) => p.returning_columns.iter().map(|c| c.1).collect(),
-                TablePlan::Update(p) => p.returning_columns.iter().map(|c| c.1).collect(),
-                TablePlan::Delete(p) => p.returning_columns.iter().map(|c| c.1).collect(),
-                _ => vec![],
-            },
-            Vec::new(),
-        );
+        let ctx = session.text_context();
+        let returning: &[(String, Type)] = match plan {
+            TablePlan::Insert(p) => &p.returning_columns,
+            TablePlan::Update(p) => &p.returning_columns,
+            TablePlan::Delete(p) => &p.returning_columns,
+            _ => &[],
+        };
+        let mut sink: Vec<Vec<Value>> = Vec::new();
         let mut out = |row: &[Value]| {
             sink.push(row.to_vec());
             Ok(())
@@ -516,7 +775,7 @@ impl Compute {
             _ => unreachable!("checked above"),
         };
         for row in &sink {
-            write_data_row(row, &returning_types, formats, ctx, &mut answer.rows);
+            write_data_row(row, returning, formats, ctx, &mut answer.rows);
         }
         answer.count = outcome.rows_affected;
         Ok(answer)
@@ -542,6 +801,12 @@ impl Compute {
         self.shared.frontiers.publish(ts);
         drop((tables, locks));
         self.released.notify_all();
+        let commits = self.commits_since_compaction.get() + 1;
+        self.commits_since_compaction.set(commits);
+        if commits >= COMPACT_EVERY_COMMITS {
+            self.commits_since_compaction.set(0);
+            self.compact();
+        }
         ts
     }
 
@@ -861,26 +1126,86 @@ fn dropped_table() -> PgError {
     )
 }
 
-/// A reply being waited for.
+/// Where a request waits for its reply, in the dispatcher's slab (slot `i` answers request id
+/// `i`). Slots are reused, so a waiting request costs no allocation.
 #[derive(Default)]
 struct Slot {
-    reply: RefCell<Option<Reply>>,
-    waker: RefCell<Option<Waker>>,
+    reply: Option<Reply>,
+    waker: Option<Waker>,
+    state: SlotState,
 }
 
-struct SlotWait(Rc<Slot>);
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum SlotState {
+    #[default]
+    Free,
+    Waiting,
+    /// Its caller is gone (the connection closed mid-request): the reply is dropped on
+    /// arrival and only then is the slot free, so a late reply never reaches a newer request.
+    Abandoned,
+}
 
-impl Future for SlotWait {
+/// The future of one remote request.
+struct ReplyWait<'d> {
+    dispatcher: &'d Dispatcher,
+    id: usize,
+    done: bool,
+}
+
+impl Future for ReplyWait<'_> {
     type Output = Reply;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
-        match self.0.reply.borrow_mut().take() {
-            Some(r) => Poll::Ready(r),
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
+        let mut slots = self.dispatcher.slots.borrow_mut();
+        let slot = &mut slots[self.id];
+        debug_assert!(
+            slot.state == SlotState::Waiting,
+            "polled a slot not waiting"
+        );
+        match slot.reply.take() {
+            Some(reply) => {
+                slot.state = SlotState::Free;
+                slot.waker = None;
+                drop(slots);
+                self.dispatcher.free_slots.borrow_mut().push(self.id);
+                self.done = true;
+                Poll::Ready(reply)
+            }
             None => {
-                *self.0.waker.borrow_mut() = Some(cx.waker().clone());
+                if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    slot.waker = Some(cx.waker().clone());
+                }
                 Poll::Pending
             }
         }
     }
+}
+
+impl Drop for ReplyWait<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut slots = self.dispatcher.slots.borrow_mut();
+            let slot = &mut slots[self.id];
+            slot.waker = None;
+            if slot.reply.take().is_some() {
+                // The reply came but was never collected: the slot is free already.
+                slot.state = SlotState::Free;
+                self.dispatcher.free_slots.borrow_mut().push(self.id);
+            } else {
+                slot.state = SlotState::Abandoned;
+            }
+        }
+    }
+}
+
+/// Spare buffers kept for reuse per kind; more are dropped (they come back one per message).
+const SPARES_MAX: usize = 16;
+/// A reply buffer that grew past this for one large result is not kept.
+const SPARE_ROWS_BYTES_MAX: usize = 256 << 10;
+
+/// A `ringwire.shard_stats` query gathering every shard's counters.
+struct StatsGather {
+    got: Vec<Option<ShardStats>>,
+    waker: Option<Waker>,
 }
 
 /// A shard's way to the compute: direct on the compute shard, batched messages elsewhere.
@@ -888,84 +1213,175 @@ pub struct Dispatcher {
     pub shard_id: usize,
     mesh: Mesh<Message>,
     pub compute: Option<Rc<Compute>>,
-    outbox: RefCell<Vec<(u64, Request)>>,
+    /// This shard's counters (the engine's and the dispatcher's).
+    pub counters: Counters,
+    outbox: RefCell<RequestBatch>,
     flush_scheduled: Cell<bool>,
-    next_id: Cell<u64>,
-    waiting: RefCell<HashMap<u64, Rc<Slot>>>,
-    /// Batches sent and requests in them (mean batch size = ratio).
-    pub batches_sent: Cell<u64>,
-    pub requests_sent: Cell<u64>,
+    /// The flush task, parked until a request is queued.
+    flusher: Cell<Option<Waker>>,
+    slots: RefCell<Vec<Slot>>,
+    free_slots: RefCell<Vec<usize>>,
+    /// Emptied vectors and buffers back from the compute, for the next requests.
+    spare_batches: RefCell<Vec<RequestBatch>>,
+    spare_replies: RefCell<Vec<ReplyBatch>>,
+    spare_rows: RefCell<Vec<Vec<u8>>>,
+    next_stats_id: Cell<u64>,
+    stats: RefCell<HashMap<u64, StatsGather>>,
 }
 
 impl Dispatcher {
+    /// Runs on the shard's thread inside its executor: it starts the shard's flush task (or,
+    /// on the compute shard, the compaction timer).
     pub fn new(mesh: Mesh<Message>, shared: Arc<Shared>) -> Rc<Dispatcher> {
         let shard_id = mesh.shard_id;
-        Rc::new(Dispatcher {
+        let compute = (shard_id == COMPUTE_SHARD).then(|| Rc::new(Compute::new(shared)));
+        let dispatcher = Rc::new(Dispatcher {
             shard_id,
             mesh,
-            compute: (shard_id == COMPUTE_SHARD).then(|| Rc::new(Compute::new(shared))),
+            compute,
+            counters: Counters::default(),
             outbox: RefCell::new(Vec::new()),
             flush_scheduled: Cell::new(false),
-            next_id: Cell::new(0),
-            waiting: RefCell::new(HashMap::new()),
-            batches_sent: Cell::new(0),
-            requests_sent: Cell::new(0),
+            flusher: Cell::new(None),
+            slots: RefCell::new(Vec::new()),
+            free_slots: RefCell::new(Vec::new()),
+            spare_batches: RefCell::new(Vec::new()),
+            spare_replies: RefCell::new(Vec::new()),
+            spare_rows: RefCell::new(Vec::new()),
+            next_stats_id: Cell::new(0),
+            stats: RefCell::new(HashMap::new()),
+        });
+        match &dispatcher.compute {
+            Some(compute) => compute.start_compaction_timer(),
+            None => Self::start_flusher(&dispatcher),
+        }
+        dispatcher
+    }
+
+    /// The task that sends the outbox: parked until the first request of an executor turn
+    /// wakes it, which queues it behind every task already ready in that turn, so their
+    /// requests join the same batch. One long-lived task instead of one spawned per batch.
+    fn start_flusher(me: &Rc<Self>) {
+        let me = Rc::downgrade(me);
+        glommio::spawn_local(async move {
+            while let Some(dispatcher) = FlushWanted(&me).await {
+                dispatcher.flush();
+            }
         })
+        .detach();
     }
 
     /// Send `request` to the compute and wait for its reply.
-    pub async fn call(self: &Rc<Self>, request: Request) -> Reply {
+    pub async fn call(&self, request: Request) -> Reply {
         if let Some(compute) = &self.compute {
+            Counters::bump(&self.counters.direct_requests);
             return compute.handle(request).await;
         }
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
-        let slot = Rc::new(Slot::default());
-        self.waiting.borrow_mut().insert(id, slot.clone());
-        self.outbox.borrow_mut().push((id, request));
+        let id = self.take_slot();
+        self.outbox.borrow_mut().push((id as u64, request));
         if !self.flush_scheduled.replace(true) {
-            // Runs after the other tasks already queued in this turn: their requests join.
-            let me = self.clone();
-            glommio::spawn_local(async move { me.flush() }).detach();
+            if let Some(flusher) = self.flusher.take() {
+                flusher.wake();
+            }
         }
-        SlotWait(slot).await
+        ReplyWait {
+            dispatcher: self,
+            id,
+            done: false,
+        }
+        .await
+    }
+
+    fn take_slot(&self) -> usize {
+        let mut slots = self.slots.borrow_mut();
+        let id = self.free_slots.borrow_mut().pop().unwrap_or_else(|| {
+            slots.push(Slot::default());
+            slots.len() - 1
+        });
+        debug_assert!(slots[id].state == SlotState::Free, "took a busy slot");
+        slots[id].state = SlotState::Waiting;
+        id
+    }
+
+    /// A buffer for a peek's reply rows: lent with the request, given back with
+    /// [`Dispatcher::recycle_rows`] once copied out.
+    pub fn rows_buffer(&self) -> Vec<u8> {
+        self.spare_rows.borrow_mut().pop().unwrap_or_default()
+    }
+
+    pub fn recycle_rows(&self, mut rows: Vec<u8>) {
+        let mut spare = self.spare_rows.borrow_mut();
+        if rows.capacity() > 0
+            && rows.capacity() <= SPARE_ROWS_BYTES_MAX
+            && spare.len() < SPARES_MAX
+        {
+            rows.clear();
+            spare.push(rows);
+        }
     }
 
     fn flush(&self) {
         self.flush_scheduled.set(false);
-        let batch = std::mem::take(&mut *self.outbox.borrow_mut());
+        let next = self.spare_batches.borrow_mut().pop().unwrap_or_default();
+        let batch = std::mem::replace(&mut *self.outbox.borrow_mut(), next);
         if batch.is_empty() {
+            keep_spare(&self.spare_batches, batch);
             return;
         }
-        self.batches_sent.set(self.batches_sent.get() + 1);
-        self.requests_sent
-            .set(self.requests_sent.get() + batch.len() as u64);
+        self.counters.record_batch(batch.len());
+        let spare = self.spare_replies.borrow_mut().pop().unwrap_or_default();
         if !self.mesh.send(
             COMPUTE_SHARD,
             Message::Requests {
                 from: self.shard_id,
                 batch,
+                spare,
             },
         ) {
             log::error!("shard {}: the compute shard is gone", self.shard_id);
         }
     }
 
-    /// A mesh message arrived on this shard.
+    /// Send a message to shard `to` over the mesh.
+    pub fn send(&self, to: usize, msg: Message) {
+        if !self.mesh.send(to, msg) {
+            log::error!("shard {}: shard {to} is gone", self.shard_id);
+        }
+    }
+
+    /// A mesh message arrived on this shard (stats messages are the engine's).
     pub fn on_message(self: &Rc<Self>, msg: Message) {
         match msg {
-            Message::Replies(replies) => {
-                let mut waiting = self.waiting.borrow_mut();
-                for (id, reply) in replies {
-                    if let Some(slot) = waiting.remove(&id) {
-                        *slot.reply.borrow_mut() = Some(reply);
-                        if let Some(w) = slot.waker.borrow_mut().take() {
-                            w.wake();
+            Message::Replies { mut replies, spare } => {
+                {
+                    let mut slots = self.slots.borrow_mut();
+                    for (id, reply) in replies.drain(..) {
+                        let slot = &mut slots[id as usize];
+                        match slot.state {
+                            SlotState::Waiting => {
+                                slot.reply = Some(reply);
+                                if let Some(w) = slot.waker.take() {
+                                    w.wake();
+                                }
+                            }
+                            SlotState::Abandoned => {
+                                slot.state = SlotState::Free;
+                                self.free_slots.borrow_mut().push(id as usize);
+                            }
+                            SlotState::Free => {
+                                log::error!("shard {}: a reply for no request", self.shard_id)
+                            }
                         }
                     }
                 }
+                keep_spare(&self.spare_replies, replies);
+                keep_spare(&self.spare_batches, spare);
             }
-            Message::Requests { from, batch } => {
+            Message::Requests {
+                from,
+                mut batch,
+                spare,
+            } => {
                 let Some(compute) = self.compute.clone() else {
                     log::error!(
                         "shard {}: compute requests sent to a shard without compute",
@@ -973,29 +1389,133 @@ impl Dispatcher {
                     );
                     return;
                 };
-                let me = self.clone();
-                glommio::spawn_local(async move {
-                    // Reads answer together in one message; writes may wait for locks, so
-                    // each answers when it is done.
-                    let mut replies = Vec::with_capacity(batch.len());
-                    for (id, request) in batch {
-                        if matches!(request, Request::Write { .. } | Request::Ddl { .. }) {
-                            let (compute, me) = (compute.clone(), me.clone());
+                // Reads (and commits) are answered at once, together in one message, in the
+                // vector the sender gave back; writes may wait for locks, so each runs as a
+                // task and answers when it is done.
+                let mut replies = spare;
+                for (id, request) in batch.drain(..) {
+                    match compute.handle_now(request) {
+                        Handled::Now(reply) => replies.push((id, reply)),
+                        Handled::MustWait(request) => {
+                            let (compute, me) = (compute.clone(), self.clone());
                             glommio::spawn_local(async move {
                                 let reply = compute.handle(request).await;
-                                me.mesh.send(from, Message::Replies(vec![(id, reply)]));
+                                me.send(
+                                    from,
+                                    Message::Replies {
+                                        replies: vec![(id, reply)],
+                                        spare: Vec::new(),
+                                    },
+                                );
                             })
                             .detach();
-                        } else {
-                            replies.push((id, compute.handle(request).await));
                         }
                     }
-                    if !replies.is_empty() {
-                        me.mesh.send(from, Message::Replies(replies));
-                    }
-                })
-                .detach();
+                }
+                if !replies.is_empty() || batch.capacity() > 0 {
+                    self.send(
+                        from,
+                        Message::Replies {
+                            replies,
+                            spare: batch,
+                        },
+                    );
+                }
+            }
+            Message::StatsRequest { .. } | Message::StatsReply { .. } => {
+                log::error!(
+                    "shard {}: a stats message reached the dispatcher",
+                    self.shard_id
+                )
             }
         }
+    }
+
+    /// Every shard's counters, this shard's being `local`: one message to each other shard and
+    /// one back. Shards answer from their mesh task, so this waits only for delivery.
+    pub async fn gather_stats(&self, local: ShardStats) -> Vec<ShardStats> {
+        let shards = self.mesh.shards();
+        let id = self.next_stats_id.get();
+        self.next_stats_id.set(id + 1);
+        let mut got = vec![None; shards];
+        got[self.shard_id] = Some(local);
+        self.stats
+            .borrow_mut()
+            .insert(id, StatsGather { got, waker: None });
+        for shard in (0..shards).filter(|&s| s != self.shard_id) {
+            self.send(
+                shard,
+                Message::StatsRequest {
+                    from: self.shard_id,
+                    id,
+                },
+            );
+        }
+        struct Gather<'d> {
+            dispatcher: &'d Dispatcher,
+            id: u64,
+        }
+        impl Future for Gather<'_> {
+            type Output = Vec<ShardStats>;
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<ShardStats>> {
+                let mut all = self.dispatcher.stats.borrow_mut();
+                let gather = all.get_mut(&self.id).expect("registered above");
+                if gather.got.iter().all(Option::is_some) {
+                    let gather = all.remove(&self.id).expect("present");
+                    return Poll::Ready(gather.got.into_iter().flatten().collect());
+                }
+                gather.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+        impl Drop for Gather<'_> {
+            fn drop(&mut self) {
+                self.dispatcher.stats.borrow_mut().remove(&self.id);
+            }
+        }
+        Gather {
+            dispatcher: self,
+            id,
+        }
+        .await
+    }
+
+    /// Shard `stats.shard`'s answer to [`Dispatcher::gather_stats`] request `id`.
+    pub fn stats_arrived(&self, id: u64, stats: ShardStats) {
+        let mut all = self.stats.borrow_mut();
+        if let Some(gather) = all.get_mut(&id) {
+            if let Some(place) = gather.got.get_mut(stats.shard) {
+                *place = Some(stats);
+            }
+            if let Some(w) = gather.waker.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// Keep an emptied vector for reuse, unless enough are kept or it never allocated.
+fn keep_spare<T>(pool: &RefCell<Vec<Vec<T>>>, spare: Vec<T>) {
+    let mut pool = pool.borrow_mut();
+    if spare.capacity() > 0 && pool.len() < SPARES_MAX {
+        debug_assert!(spare.is_empty(), "a spare vector must come back empty");
+        pool.push(spare);
+    }
+}
+
+/// Resolves when the dispatcher has requests to send (None once it is gone).
+struct FlushWanted<'a>(&'a Weak<Dispatcher>);
+
+impl Future for FlushWanted<'_> {
+    type Output = Option<Rc<Dispatcher>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(dispatcher) = self.0.upgrade() else {
+            return Poll::Ready(None);
+        };
+        if dispatcher.flush_scheduled.get() {
+            return Poll::Ready(Some(dispatcher));
+        }
+        dispatcher.flusher.set(Some(cx.waker().clone()));
+        Poll::Pending
     }
 }

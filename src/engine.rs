@@ -6,28 +6,34 @@
 //! as another [`Plan`] variant.
 
 use std::cell::{OnceCell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use bumpalo::Bump;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use protocol::backend::{self, DataRowWriter, FieldDescription, TransactionStatus};
+use protocol::backend::{self, FieldDescription, TransactionStatus};
 use protocol::frontend::{Bind, Oids};
 use protocol::types::{binary, text, Scalar, TextContext, TimeZone, Type, Value};
 use protocol::{Format, PgError, Severity, SqlState};
 use shards::engine::{Cx, Engine, Execution, SessionStart};
+use smallvec::SmallVec;
 use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
 
 use crate::compute::exec;
 use crate::compute::storage::View;
-use crate::compute::{IndexDef, TxId};
-use crate::dispatch::{Catalog, Dispatcher, Message, Request, SessionSnapshot, Shared};
-use crate::settings::Settings;
+use crate::compute::{IndexDef, Timestamp, TxId};
+use crate::dispatch::{
+    self, write_data_row, Catalog, Dispatcher, Formats, Message, Params, ReadAt, ReadSpec, Request,
+    SessionSnapshot, Shared, StatementSession,
+};
+use crate::settings::{Isolation, Settings};
 use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo};
+use crate::sql::lift::{self, Literal};
 use crate::sql::plan::{self as table_plan, TablePlan};
+use crate::stats::{self, Counters, ShardStats};
 use shards::runtime::Mesh;
 use std::cell::Cell;
 use std::sync::Arc;
@@ -108,8 +114,9 @@ enum Folded {
 
 pub struct Portal {
     statement: Rc<Prepared>,
-    params: Vec<Value>,
-    formats: Vec<Format>,
+    /// Inline: binding a point select allocates nothing.
+    params: Params,
+    formats: Formats,
     /// For a portal executed with `max_rows`: every row, encoded as DataRows at the first
     /// Execute, handed out `max_rows` at a time from `next_byte`.
     rows: Option<Vec<u8>>,
@@ -125,6 +132,9 @@ pub struct Session {
     database: String,
     process_id: i32,
     statement_timestamp_us: i64,
+    /// What the compute needs of this session, shared with every request it sends; replaced
+    /// when the text settings change.
+    peek_session: Arc<SessionSnapshot>,
     /// The open transaction block's snapshot and, once it wrote, its id at the compute.
     block: Option<Block>,
     /// The COPY FROM STDIN whose data is being received.
@@ -136,20 +146,42 @@ pub struct Session {
 /// What a transaction block has done at the compute.
 #[derive(Clone, Copy)]
 struct Block {
-    snapshot: u64,
+    /// The timestamp its reads see. None until the first read of a `serializable` block,
+    /// which reads at the compute's latest timestamp and keeps it.
+    snapshot: Option<Timestamp>,
+    /// The snapshot this shard holds for it in `Shared::holds` (at most `snapshot`), so the
+    /// compute keeps every version the block can read.
+    hold: Timestamp,
     tx: TxId,
     wrote: bool,
 }
 
 impl Session {
-    fn snapshot(&self) -> SessionSnapshot {
-        SessionSnapshot {
-            text: self.settings.text_context().clone(),
-            user: self.user.clone(),
-            database: self.database.clone(),
-            process_id: self.process_id,
-            statement_timestamp_us: self.statement_timestamp_us,
+    /// Replace the session the compute sees if the text settings changed since it was made.
+    fn refresh_peek_session(&mut self) {
+        if self.peek_session.text != *self.settings.text_context() {
+            self.peek_session = Arc::new(SessionSnapshot {
+                text: self.settings.text_context().clone(),
+                ..(*self.peek_session).clone()
+            });
         }
+    }
+
+    /// The session as the compute sees it, to send with a request: a reference count.
+    fn peek_session(&mut self) -> Arc<SessionSnapshot> {
+        self.refresh_peek_session();
+        self.peek_session.clone()
+    }
+}
+
+/// The table a write plan changes, if it names one by id.
+fn written_table(plan: &TablePlan) -> Option<crate::compute::TableId> {
+    match plan {
+        TablePlan::Insert(p) => Some(p.table),
+        TablePlan::Update(p) => Some(p.table),
+        TablePlan::Delete(p) => Some(p.table),
+        TablePlan::CopyFrom { table, .. } => Some(table.id),
+        _ => None,
     }
 }
 
@@ -183,7 +215,8 @@ fn now_pg_us() -> i64 {
     since_unix.as_micros() as i64 - PG_EPOCH_UNIX_SECS * 1_000_000
 }
 
-/// The per-shard engine. Stateless today; the compute dispatcher and plan cache will live here.
+/// The per-shard engine: plan cache, catalog copy, the way to the compute, and the snapshots
+/// this shard's transaction blocks hold.
 pub struct Frontend {
     plans: RefCell<PlanCache>,
     dispatcher: Rc<Dispatcher>,
@@ -191,9 +224,13 @@ pub struct Frontend {
     /// This shard's copy of the catalog and the version it was copied at.
     catalog: RefCell<(u64, Rc<Catalog>)>,
     next_tx: Cell<u64>,
+    /// Snapshots held by this shard's open blocks: timestamp → how many blocks hold it. Its
+    /// first key is what this shard publishes in `Shared::holds`.
+    held: RefCell<BTreeMap<Timestamp, u32>>,
 }
 
 impl Frontend {
+    /// Runs on the shard's own thread, inside its executor (it starts the dispatcher's task).
     pub fn new(mesh: Mesh<Message>, shared: Arc<Shared>) -> Frontend {
         Frontend {
             plans: RefCell::new(PlanCache::default()),
@@ -201,21 +238,83 @@ impl Frontend {
             catalog: RefCell::new((shared.catalog_version(), Rc::new(shared.catalog_snapshot()))),
             shared,
             next_tx: Cell::new(1),
+            held: RefCell::new(BTreeMap::new()),
         }
     }
 
     /// The catalog to plan against: this shard's copy, refreshed (and the plan cache cleared)
     /// when DDL anywhere moved the shared version. One atomic load per query.
     fn catalog(&self) -> Rc<Catalog> {
+        self.refresh_catalog();
+        self.catalog.borrow().1.clone()
+    }
+
+    /// Re-copy the catalog and clear the plan cache if DDL moved the shared version since the
+    /// last statement: called before every plan-cache lookup, so no cached plan outlives the
+    /// catalog it was planned against. One atomic load when nothing changed.
+    fn refresh_catalog(&self) {
         let version = self.shared.catalog_version();
         let mut local = self.catalog.borrow_mut();
         if local.0 != version {
             *local = (version, Rc::new(self.shared.catalog_snapshot()));
-            let mut plans = self.plans.borrow_mut();
-            plans.simple.clear();
-            plans.extended.clear();
+            self.plans.borrow_mut().clear();
         }
-        local.1.clone()
+    }
+
+    /// Hold a snapshot for a block starting now: the frontier this shard sees, published as
+    /// held before it is used (see `oracle::Holds`). Returns the timestamp held.
+    fn hold_snapshot(&self) -> Timestamp {
+        let shard = self.dispatcher.shard_id;
+        let counters = &self.dispatcher.counters;
+        let mut held = self.held.borrow_mut();
+        let oldest = held.keys().next().copied();
+        let mut ts = self.shared.frontiers.read(shard);
+        while !self.shared.holds.try_hold(shard, ts, oldest) {
+            // A compaction passed this timestamp between the load and the hold: the frontier
+            // is already past it.
+            Counters::bump(&counters.oracle_misses);
+            ts = self.shared.frontiers.read(shard);
+        }
+        *held.entry(ts).or_default() += 1;
+        ts
+    }
+
+    /// A block that held `ts` ended.
+    fn release_snapshot(&self, ts: Timestamp) {
+        let mut held = self.held.borrow_mut();
+        let Some(count) = held.get_mut(&ts) else {
+            debug_assert!(false, "released a snapshot at {ts} that was not held");
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            held.remove(&ts);
+            let oldest = held.keys().next().copied();
+            self.shared
+                .holds
+                .release_to(self.dispatcher.shard_id, oldest);
+        }
+    }
+
+    /// This shard's counters, for `ringwire.shard_stats`.
+    fn local_stats(&self) -> ShardStats {
+        let c = &self.dispatcher.counters;
+        let (plan_cache_hits, plan_cache_misses) = self.plan_cache_stats();
+        let held = self.held.borrow();
+        ShardStats {
+            shard: self.dispatcher.shard_id,
+            oracle_hits: c.oracle_hits.get(),
+            oracle_misses: c.oracle_misses.get(),
+            latest_reads: c.latest_reads.get(),
+            direct_requests: c.direct_requests.get(),
+            batches_sent: c.batches_sent.get(),
+            requests_sent: c.requests_sent.get(),
+            batch_max: c.batch_max.get(),
+            plan_cache_hits,
+            plan_cache_misses,
+            open_snapshots: held.values().map(|&n| n as u64).sum(),
+            oldest_snapshot: held.keys().next().copied(),
+        }
     }
 
     /// A transaction id unique across shards: the shard in the high bits.
@@ -240,6 +339,9 @@ impl Frontend {
 #[derive(Default)]
 struct PlanCache {
     simple: HashMap<Box<str>, CachedPlan>,
+    /// Simple-protocol statements with their literals lifted into parameters (`sql::lift`),
+    /// by lifted text. Apart from `simple`: a client's own text `... = $1` must not find them.
+    lifted: HashMap<Box<str>, CachedPlan>,
     /// Per text, one plan per list of declared parameter types.
     extended: HashMap<Box<str>, Vec<(ParamOids, CachedPlan)>>,
     hits: u64,
@@ -258,14 +360,13 @@ struct CachedPlan {
 const PLAN_CACHE_ENTRIES_MAX: usize = 4096;
 
 impl PlanCache {
-    fn get_simple(&mut self, sql: &str, tz: &TimeZone) -> Option<Rc<Prepared>> {
-        let hit = self
-            .simple
-            .get(sql)
+    /// A simple-protocol plan by text (`lifted`: by lifted text). Not counted: a statement
+    /// may be looked up both ways, and counts once ([`PlanCache::count`]).
+    fn get_simple(&self, sql: &str, lifted: bool, tz: &TimeZone) -> Option<Rc<Prepared>> {
+        let map = if lifted { &self.lifted } else { &self.simple };
+        map.get(sql)
             .filter(|c| c.time_zone == *tz)
-            .map(|c| c.prepared.clone());
-        self.count(hit.is_some());
-        hit
+            .map(|c| c.prepared.clone())
     }
 
     fn get_extended(&mut self, sql: &str, oids: Oids<'_>, tz: &TimeZone) -> Option<Rc<Prepared>> {
@@ -289,15 +390,25 @@ impl PlanCache {
     }
 
     fn make_room(&mut self) {
-        if self.simple.len() + self.extended.len() >= PLAN_CACHE_ENTRIES_MAX {
-            self.simple.clear();
-            self.extended.clear();
+        if self.simple.len() + self.lifted.len() + self.extended.len() >= PLAN_CACHE_ENTRIES_MAX {
+            self.clear();
         }
     }
 
-    fn put_simple(&mut self, sql: &str, prepared: Rc<Prepared>, tz: &TimeZone) {
+    fn clear(&mut self) {
+        self.simple.clear();
+        self.lifted.clear();
+        self.extended.clear();
+    }
+
+    fn put_simple(&mut self, sql: &str, lifted: bool, prepared: Rc<Prepared>, tz: &TimeZone) {
         self.make_room();
-        self.simple.insert(
+        let map = if lifted {
+            &mut self.lifted
+        } else {
+            &mut self.simple
+        };
+        map.insert(
             sql.into(),
             CachedPlan {
                 prepared,
@@ -829,28 +940,6 @@ fn write_row_description(
     backend::write_row_description(out, &fields);
 }
 
-fn write_data_row(
-    row: &[Value],
-    columns: &[(String, Type)],
-    formats: &[Format],
-    ctx: &TextContext,
-    out: &mut Vec<u8>,
-) {
-    let mut w = DataRowWriter::begin(out);
-    for (i, value) in row.iter().enumerate() {
-        if value.is_null() {
-            w.null();
-            continue;
-        }
-        let ty = columns[i].1;
-        match formats.get(i).copied().unwrap_or(Format::Text) {
-            Format::Text => w.value_with(|o| text::encode(value, ty, ctx, o)),
-            Format::Binary => w.value_with(|o| binary::encode(value, ty, o)),
-        }
-    }
-    w.finish();
-}
-
 /// Where a row-returning statement's rows go.
 enum RowSink<'r> {
     /// Encode each row as a DataRow into the write buffer as it is produced (nothing staged).
@@ -866,30 +955,35 @@ enum RowSink<'r> {
 impl Frontend {
     /// Run one planned statement of a simple Query: RowDescription first (if it returns rows),
     /// then its rows and CommandComplete. If it fails, none of its output is sent.
-    async fn run_simple(&self, cx: &mut Cx<'_, Self>, prepared: &Prepared) -> Result<(), PgError> {
+    async fn run_simple(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        prepared: &Prepared,
+        params: &[Value],
+    ) -> Result<(), PgError> {
         if *cx.tx == TransactionStatus::Failed && !is_transaction_exit(&prepared.plan) {
             return Err(aborted());
         }
         if prepared.columns.is_empty() {
             // No RowDescription; a count-carrying tag (INSERT/UPDATE/DELETE) is still owed.
             if let Some(n) = self
-                .run(cx, prepared, &[], RowSink::Write { formats: &[] })
+                .run(cx, prepared, params, RowSink::Write { formats: &[] })
                 .await?
             {
-                backend::write_command_complete(cx.out, &select_tag(&prepared.plan, n));
+                write_select_tag(cx.out, &prepared.plan, n);
             }
             return Ok(());
         }
         let mark = cx.out.len();
         write_row_description(&prepared.columns, &[], cx.arena, cx.out);
         match self
-            .run(cx, prepared, &[], RowSink::Write { formats: &[] })
+            .run(cx, prepared, params, RowSink::Write { formats: &[] })
             .await
         {
             Ok(rows) => {
                 // None: the statement wrote its own CommandComplete (e.g. COPY TO).
                 if let Some(n) = rows {
-                    backend::write_command_complete(cx.out, &select_tag(&prepared.plan, n));
+                    write_select_tag(cx.out, &prepared.plan, n);
                 }
                 Ok(())
             }
@@ -916,13 +1010,19 @@ impl Frontend {
             backend::write_notice(cx.out, &e);
         }
         let session = &mut *cx.session;
-        if let Some(block) = session.block.take().filter(|b| b.wrote) {
-            let request = if commit {
-                Request::Commit { tx: block.tx }
+        if let Some(block) = session.block.take() {
+            if block.wrote {
+                let request = if commit {
+                    Request::Commit { tx: block.tx }
+                } else {
+                    Request::Abort { tx: block.tx }
+                };
+                let ended = self.dispatcher.call(request).await;
+                self.release_snapshot(block.hold);
+                ended?;
             } else {
-                Request::Abort { tx: block.tx }
-            };
-            self.dispatcher.call(request).await?;
+                self.release_snapshot(block.hold);
+            }
         }
         session
             .settings
@@ -933,10 +1033,14 @@ impl Frontend {
 
     /// Run a statement over tables at the compute. Returns the row count for statements whose
     /// tag carries one (SELECT, INSERT/UPDATE/DELETE), None when it wrote its own tag.
+    ///
+    /// A SELECT on the compute shard is a function call that encodes rows straight into the
+    /// connection's buffer; from another shard it travels in a batch with inline parameters
+    /// and a lent reply buffer. Either way a cached point select allocates nothing.
     async fn run_table(
         &self,
         cx: &mut Cx<'_, Self>,
-        plan: Arc<TablePlan>,
+        plan: &Arc<TablePlan>,
         params: &[Value],
         sink: RowSink<'_>,
         mark: usize,
@@ -944,11 +1048,28 @@ impl Frontend {
         let in_block = *cx.tx != TransactionStatus::Idle;
         let session = &mut *cx.session;
         session.statement_timestamp_us = now_pg_us();
-        let shard = self.dispatcher.shard_id;
-        // The first table statement of a block fixes its snapshot.
+        let isolation = session.settings.isolation();
+        let counters = &self.dispatcher.counters;
+        if written_table(plan).is_some_and(stats::is_virtual) {
+            return Err(PgError::new(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "the ringwire.* relations are read-only",
+            ));
+        }
+        // The first table statement of a block fixes (or, when serializable, bounds) its
+        // snapshot, and holds it against compaction until the block ends.
         if in_block && session.block.is_none() {
+            let hold = self.hold_snapshot();
+            let snapshot = match isolation {
+                Isolation::StrictSerializable => {
+                    Counters::bump(&counters.oracle_hits);
+                    Some(hold)
+                }
+                Isolation::Serializable => None,
+            };
             session.block = Some(Block {
-                snapshot: self.shared.frontiers.read(shard),
+                snapshot,
+                hold,
                 tx: self.new_tx(),
                 wrote: false,
             });
@@ -957,24 +1078,86 @@ impl Frontend {
             RowSink::Write { formats } => (formats, None),
             RowSink::Encoded { buf, formats } => (formats, Some(buf)),
         };
-        let formats = formats.to_vec();
-        let reply = match &*plan {
-            TablePlan::Select(_) | TablePlan::CopyTo { .. } => {
-                let view = match session.block {
-                    Some(b) => View {
-                        ts: b.snapshot,
+        let answer = match &**plan {
+            TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. } => {
+                let read = match session.block {
+                    Some(b) => ReadSpec {
+                        at: b.snapshot.map_or(ReadAt::Latest, ReadAt::Snapshot),
                         tx: b.wrote.then_some(b.tx),
                     },
-                    None => View::at(self.shared.frontiers.read(shard)),
+                    None => ReadSpec {
+                        at: match isolation {
+                            Isolation::StrictSerializable => {
+                                Counters::bump(&counters.oracle_hits);
+                                ReadAt::Frontier(
+                                    self.shared.frontiers.read(self.dispatcher.shard_id),
+                                )
+                            }
+                            Isolation::Serializable => ReadAt::Latest,
+                        },
+                        tx: None,
+                    },
                 };
-                let request = Request::Peek {
-                    plan: plan.clone(),
-                    params: params.to_vec(),
-                    view,
-                    session: session.snapshot(),
-                    formats,
+                if read.at == ReadAt::Latest {
+                    Counters::bump(&counters.latest_reads);
+                }
+                let copy = matches!(&**plan, TablePlan::CopyTo { .. });
+                if copy {
+                    // PostgreSQL's CopyOutResponse says "text" (0) for CSV too.
+                    backend::write_copy_response(cx.out, b'H', Format::Text, select.columns.len());
+                }
+                // COPY's CopyData follows its CopyOutResponse in the write buffer; rows of a
+                // portal run with `max_rows` are staged aside.
+                let target: &mut Vec<u8> = match encoded.as_deref_mut() {
+                    Some(buf) if !copy => buf,
+                    _ => &mut *cx.out,
                 };
-                self.dispatcher.call(request).await
+                // (rows, the timestamp read at; None for the counters, which are not versioned)
+                let peeked = if select.table == stats::SHARD_STATS_ID {
+                    self.shard_stats(session, plan, params, formats, target)
+                        .await
+                        .map(|n| (n, None))
+                } else if let Some(compute) = &self.dispatcher.compute {
+                    Counters::bump(&counters.direct_requests);
+                    session.refresh_peek_session();
+                    let info = StatementSession {
+                        session: &session.peek_session,
+                        statement_timestamp_us: session.statement_timestamp_us,
+                    };
+                    compute
+                        .peek_into(plan, params, read, &info, formats, target)
+                        .map(|(n, ts)| (n, Some(ts)))
+                } else {
+                    let request = Request::Peek {
+                        plan: plan.clone(),
+                        params: params.iter().cloned().collect(),
+                        read,
+                        session: session.peek_session(),
+                        statement_timestamp_us: session.statement_timestamp_us,
+                        formats: formats.iter().copied().collect(),
+                        rows: self.dispatcher.rows_buffer(),
+                    };
+                    self.dispatcher.call(request).await.map(|answer| {
+                        target.extend_from_slice(&answer.rows);
+                        let done = (answer.count, Some(answer.ts));
+                        self.dispatcher.recycle_rows(answer.rows);
+                        done
+                    })
+                };
+                let (count, ts) = peeked.inspect_err(|_| cx.out.truncate(mark))?;
+                if let (Some(block), Some(ts)) = (session.block.as_mut(), ts) {
+                    if block.snapshot.is_none() {
+                        // A serializable block's first read: it keeps the timestamp it got.
+                        debug_assert!(ts >= block.hold, "snapshot {ts} below its hold");
+                        block.snapshot = Some(ts);
+                    }
+                }
+                if !copy {
+                    return Ok(Some(count));
+                }
+                backend::write_copy_done(cx.out);
+                write_count_tag(cx.out, "COPY", count);
+                return Ok(None);
             }
             TablePlan::Insert(_)
             | TablePlan::Update(_)
@@ -990,10 +1173,11 @@ impl Frontend {
                 let request = Request::Write {
                     tx,
                     plan: plan.clone(),
-                    params: params.to_vec(),
+                    params: params.iter().cloned().collect(),
                     copy_rows: Vec::new(),
-                    session: session.snapshot(),
-                    formats,
+                    session: session.peek_session(),
+                    statement_timestamp_us: session.statement_timestamp_us,
+                    formats: formats.iter().copied().collect(),
                     autocommit,
                 };
                 self.dispatcher.call(request).await
@@ -1020,38 +1204,52 @@ impl Frontend {
                     .await
             }
         };
-        let answer = reply.inspect_err(|_| cx.out.truncate(mark))?;
+        let answer = answer.inspect_err(|_| cx.out.truncate(mark))?;
         for notice in &answer.notices {
             backend::write_notice(cx.out, notice);
         }
-        let tag = match &*plan {
-            TablePlan::Select(_)
-            | TablePlan::Insert(_)
-            | TablePlan::Update(_)
-            | TablePlan::Delete(_) => {
+        let tag = match &**plan {
+            TablePlan::Insert(_) | TablePlan::Update(_) | TablePlan::Delete(_) => {
                 match encoded.as_mut() {
                     Some(buf) => buf.extend_from_slice(&answer.rows),
                     None => cx.out.extend_from_slice(&answer.rows),
                 }
                 return Ok(Some(answer.count));
             }
-            TablePlan::CopyTo { source, format } => {
-                // PostgreSQL's CopyOutResponse says "text" (0) for CSV too.
-                let _ = format;
-                backend::write_copy_response(cx.out, b'H', Format::Text, source.columns.len());
-                cx.out.extend_from_slice(&answer.rows);
-                backend::write_copy_done(cx.out);
-                format!("COPY {}", answer.count)
+            TablePlan::Truncate { .. } => "TRUNCATE TABLE",
+            TablePlan::CreateTable { .. } => "CREATE TABLE",
+            TablePlan::CreateIndex { .. } => "CREATE INDEX",
+            TablePlan::DropTable { .. } => "DROP TABLE",
+            TablePlan::DropIndex { .. } => "DROP INDEX",
+            TablePlan::Select(_) | TablePlan::CopyTo { .. } | TablePlan::CopyFrom { .. } => {
+                unreachable!("answered above")
             }
-            TablePlan::Truncate { .. } => "TRUNCATE TABLE".to_string(),
-            TablePlan::CreateTable { .. } => "CREATE TABLE".to_string(),
-            TablePlan::CreateIndex { .. } => "CREATE INDEX".to_string(),
-            TablePlan::DropTable { .. } => "DROP TABLE".to_string(),
-            TablePlan::DropIndex { .. } => "DROP INDEX".to_string(),
-            TablePlan::CopyFrom { .. } => unreachable!("refused above"),
         };
-        backend::write_command_complete(cx.out, &tag);
+        backend::write_command_complete(cx.out, tag);
         Ok(None)
+    }
+
+    /// `SELECT ... FROM ringwire.shard_stats`: every shard's counters, gathered over the mesh,
+    /// queried here. Appends the rows to `out`.
+    async fn shard_stats(
+        &self,
+        session: &mut Session,
+        plan: &TablePlan,
+        params: &[Value],
+        formats: &[Format],
+        out: &mut Vec<u8>,
+    ) -> Result<u64, PgError> {
+        let all = self.dispatcher.gather_stats(self.local_stats()).await;
+        let def = stats::relation("shard_stats").expect("a ringwire relation");
+        let table = dispatch::virtual_table(def, all.iter().map(ShardStats::row).collect());
+        session.refresh_peek_session();
+        let info = StatementSession {
+            session: &session.peek_session,
+            statement_timestamp_us: session.statement_timestamp_us,
+        };
+        let mark = out.len();
+        dispatch::run_select(&table, plan, params, View::LATEST, &info, formats, out)
+            .inspect_err(|_| out.truncate(mark))
     }
 
     /// Run a planned statement to completion (rows included), writing everything but the
@@ -1082,9 +1280,9 @@ impl Frontend {
             }
             Plan::Table(planned) => {
                 let plan = match prepared.folded.get() {
-                    Some(Ok(Folded::Table(folded))) => folded.clone(),
+                    Some(Ok(Folded::Table(folded))) => folded,
                     Some(Err(e)) => return Err(e.clone()),
-                    _ => planned.clone(),
+                    _ => planned,
                 };
                 return self.run_table(cx, plan, params, sink, mark).await;
             }
@@ -1148,6 +1346,12 @@ impl Frontend {
                 return Ok(Some(n));
             }
             Plan::Set { name, value, local } => {
+                if session.block.is_some() && name.eq_ignore_ascii_case("transaction_isolation") {
+                    return Err(PgError::new(
+                        SqlState::ACTIVE_SQL_TRANSACTION,
+                        "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+                    ));
+                }
                 if *local && !in_block {
                     backend::write_notice(
                         cx.out,
@@ -1264,28 +1468,51 @@ impl Frontend {
     }
 }
 
-/// The command tag of a finished row-returning statement.
-fn select_tag(plan: &Plan, rows: u64) -> String {
-    match plan {
-        Plan::Show(_) | Plan::ShowAll => "SHOW".to_string(),
+/// CommandComplete for a finished row-returning statement.
+fn write_select_tag(out: &mut Vec<u8>, plan: &Plan, rows: u64) {
+    let verb = match plan {
+        Plan::Show(_) | Plan::ShowAll => {
+            backend::write_command_complete(out, "SHOW");
+            return;
+        }
         Plan::Table(p) => match &**p {
-            TablePlan::Insert(_) => format!("INSERT 0 {rows}"),
-            TablePlan::Update(_) => format!("UPDATE {rows}"),
-            TablePlan::Delete(_) => format!("DELETE {rows}"),
-            TablePlan::CopyFrom { .. } | TablePlan::CopyTo { .. } => format!("COPY {rows}"),
-            _ => format!("SELECT {rows}"),
+            TablePlan::Insert(_) => "INSERT 0",
+            TablePlan::Update(_) => "UPDATE",
+            TablePlan::Delete(_) => "DELETE",
+            TablePlan::CopyFrom { .. } | TablePlan::CopyTo { .. } => "COPY",
+            _ => "SELECT",
         },
-        _ => format!("SELECT {rows}"),
-    }
+        _ => "SELECT",
+    };
+    write_count_tag(out, verb, rows);
+}
+
+/// CommandComplete `"<verb> <rows>"`, formatted on the stack: the per-query path does not
+/// allocate for its tag.
+fn write_count_tag(out: &mut Vec<u8>, verb: &str, rows: u64) {
+    use std::io::Write as _;
+    let mut buf = [0u8; 48];
+    let room = buf.len();
+    let mut rest = &mut buf[..];
+    write!(rest, "{verb} {rows}").expect("a verb and a u64 fit in 48 bytes");
+    let len = room - rest.len();
+    let tag = std::str::from_utf8(&buf[..len]).expect("formatted from str and digits");
+    backend::write_command_complete(out, tag);
 }
 
 impl Frontend {
     async fn simple_query_inner(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError> {
+        self.refresh_catalog();
         let tz = &cx.session.settings.text_context().time_zone;
-        let cached = self.plans.borrow_mut().get_simple(sql, tz);
+        let cached = self.plans.borrow().get_simple(sql, false, tz);
         if let Some(prepared) = cached {
-            return self.run_simple(cx, &prepared).await;
+            self.plans.borrow_mut().count(true);
+            return self.run_simple(cx, &prepared, &[]).await;
         }
+        if let Some(done) = self.run_lifted(cx, sql).await {
+            return done;
+        }
+        self.plans.borrow_mut().count(false);
         if let Some(tag) = maintenance_command(sql) {
             if *cx.tx != TransactionStatus::Idle && tag == "VACUUM" {
                 return Err(PgError::new(
@@ -1319,11 +1546,92 @@ impl Frontend {
             if statements.len() == 1 {
                 self.plans
                     .borrow_mut()
-                    .put_simple(sql, prepared.clone(), &text.time_zone);
+                    .put_simple(sql, false, prepared.clone(), &text.time_zone);
             }
-            self.run_simple(cx, &prepared).await?;
+            self.run_simple(cx, &prepared, &[]).await?;
         }
         Ok(())
+    }
+
+    /// A simple Query whose literals can be lifted into parameters (see `sql::lift`): run
+    /// with the plan cached for its lifted text, planning that once. None: not liftable, or the
+    /// lifted text does not plan as a table statement with exactly those parameters — then the
+    /// text is planned as written, with the errors and positions PostgreSQL gives it. Nothing
+    /// here uses the global allocator on a hit for integer literals: the lifted text is built
+    /// in the query's arena and the values travel inline.
+    async fn run_lifted(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Option<Result<(), PgError>> {
+        if *cx.tx == TransactionStatus::Failed {
+            return None;
+        }
+        let mut lifted = bumpalo::collections::String::new_in(cx.arena);
+        let mut literals: SmallVec<[Literal<'_>; 4]> = SmallVec::new();
+        if !lift::lift(sql, &mut lifted, &mut literals) {
+            return None;
+        }
+        // The key also says which parameters are int4 and which unknown: `name = 5` and
+        // `name = '5'` type differently (the first is 42883 on a text column).
+        let lifted_len = lifted.len();
+        lifted.push('\0');
+        lifted.extend(literals.iter().map(|l| match l {
+            Literal::Int4(_) => 'i',
+            Literal::Text(_) => 'u',
+        }));
+        let text = cx.session.settings.text_context();
+        let cached = self
+            .plans
+            .borrow()
+            .get_simple(&lifted, true, &text.time_zone);
+        let prepared = match cached {
+            Some(prepared) => {
+                self.plans.borrow_mut().count(true);
+                prepared
+            }
+            None => {
+                let statements = parse_sql(&lifted[..lifted_len]).ok()?;
+                let [stmt] = statements.as_slice() else {
+                    return None;
+                };
+                let declared = literals
+                    .iter()
+                    .map(|l| Type {
+                        scalar: match l {
+                            Literal::Int4(_) => Scalar::Int4,
+                            Literal::Text(_) => Scalar::Unknown,
+                        },
+                        array: false,
+                    })
+                    .collect();
+                let prepared = self
+                    .prepare(Some(stmt), declared, &lifted[..lifted_len], text, true)
+                    .ok()?;
+                if !matches!(prepared.plan, Plan::Table(_))
+                    || prepared.param_types.len() != literals.len()
+                {
+                    return None;
+                }
+                let prepared = Rc::new(prepared);
+                let mut plans = self.plans.borrow_mut();
+                plans.count(false);
+                plans.put_simple(&lifted, true, prepared.clone(), &text.time_zone);
+                prepared
+            }
+        };
+        let mut params = Params::new();
+        for (literal, &ty) in literals.iter().zip(&prepared.param_types) {
+            // An unknown literal becomes a value of the type its context gave it through that
+            // type's input function, as PostgreSQL coerces it.
+            let value = match literal {
+                Literal::Int4(v) if ty.scalar == Scalar::Int4 && !ty.array => Ok(Value::Int4(*v)),
+                Literal::Int4(v) => text::decode(ty, v.to_string().as_bytes(), text),
+                Literal::Text(s) => text::decode(ty, s.as_bytes(), text),
+            };
+            match value {
+                Ok(v) => params.push(v),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        drop(literals);
+        Some(self.run_simple(cx, &prepared, &params).await)
     }
 }
 
@@ -1334,12 +1642,21 @@ impl Engine for Frontend {
     type Message = Message;
 
     fn on_message(&self, msg: Message) {
-        self.dispatcher.on_message(msg);
+        match msg {
+            Message::StatsRequest { from, id } => {
+                let stats = self.local_stats();
+                self.dispatcher
+                    .send(from, Message::StatsReply { id, stats });
+            }
+            Message::StatsReply { id, stats } => self.dispatcher.stats_arrived(id, stats),
+            msg => self.dispatcher.on_message(msg),
+        }
     }
 
     fn close_session(&self, session: &mut Session) {
         // A client gone mid-transaction: its writes are rolled back and its locks released.
         if let Some(block) = session.block.take() {
+            self.release_snapshot(block.hold);
             if block.wrote {
                 let dispatcher = self.dispatcher.clone();
                 glommio::spawn_local(async move {
@@ -1364,6 +1681,12 @@ impl Engine for Frontend {
                 name => settings.apply_startup(name, value)?,
             }
         }
+        let peek_session = Arc::new(SessionSnapshot {
+            text: settings.text_context().clone(),
+            user: start.user.to_string(),
+            database: start.database.to_string(),
+            process_id: start.process_id,
+        });
         Ok(Session {
             settings,
             reports: Vec::new(),
@@ -1371,6 +1694,7 @@ impl Engine for Frontend {
             database: start.database.to_string(),
             process_id: start.process_id,
             statement_timestamp_us: 0,
+            peek_session,
             block: None,
             pending_copy: None,
             in_simple_query: false,
@@ -1432,14 +1756,15 @@ impl Engine for Frontend {
         let request = Request::Write {
             tx,
             plan: plan.clone(),
-            params: Vec::new(),
+            params: Params::new(),
             copy_rows: rows,
-            session: session.snapshot(),
-            formats: Vec::new(),
+            session: session.peek_session(),
+            statement_timestamp_us: session.statement_timestamp_us,
+            formats: Formats::new(),
             autocommit,
         };
         let answer = self.dispatcher.call(request).await?;
-        backend::write_command_complete(cx.out, &format!("COPY {}", answer.count));
+        write_count_tag(cx.out, "COPY", answer.count);
         Ok(())
     }
 
@@ -1449,6 +1774,7 @@ impl Engine for Frontend {
         sql: &str,
         param_oids: Oids<'_>,
     ) -> Result<Rc<Prepared>, PgError> {
+        self.refresh_catalog();
         let text = cx.session.settings.text_context();
         let cached = self
             .plans
@@ -1501,7 +1827,10 @@ impl Engine for Frontend {
     }
 
     fn describe_statement(&self, statement: &Prepared, arena: &Bump, out: &mut Vec<u8>) {
-        let oids: Vec<u32> = statement.param_types.iter().map(|t| t.oid()).collect();
+        let oids = bumpalo::collections::Vec::from_iter_in(
+            statement.param_types.iter().map(|t| t.oid()),
+            arena,
+        );
         backend::write_parameter_description(out, &oids);
         if statement.columns.is_empty() {
             backend::write_no_data(out);
@@ -1532,7 +1861,7 @@ impl Engine for Frontend {
         }
         statement.fold()?;
         let ctx = cx.session.settings.text_context();
-        let mut params = Vec::with_capacity(bind.param_count());
+        let mut params = Params::with_capacity(bind.param_count());
         for (i, raw) in bind.params().enumerate() {
             let ty = statement.param_types[i];
             let value = match raw {
@@ -1557,7 +1886,7 @@ impl Engine for Frontend {
                 format!("bind message has {n} result formats but query has {columns} columns"),
             ));
         }
-        let formats = (0..columns).map(|i| bind.result_format(i)).collect();
+        let formats: Formats = (0..columns).map(|i| bind.result_format(i)).collect();
         Ok(Portal {
             statement: statement.clone(),
             params,
@@ -1585,7 +1914,7 @@ impl Engine for Frontend {
         if portal.done {
             // A finished portal runs again as an empty result, as PostgreSQL's does.
             if !portal.statement.columns.is_empty() {
-                backend::write_command_complete(cx.out, &select_tag(&portal.statement.plan, 0));
+                write_select_tag(cx.out, &portal.statement.plan, 0);
             }
             return Ok(Execution::Complete);
         }
@@ -1599,7 +1928,7 @@ impl Engine for Frontend {
                 let rows = self.run(cx, &statement, &portal.params, sink).await?;
                 portal.done = true;
                 if let Some(n) = rows {
-                    backend::write_command_complete(cx.out, &select_tag(&statement.plan, n));
+                    write_select_tag(cx.out, &statement.plan, n);
                 }
                 return Ok(Execution::Complete);
             }
@@ -1629,7 +1958,7 @@ impl Engine for Frontend {
             return Ok(Execution::Suspended);
         }
         portal.done = true;
-        backend::write_command_complete(cx.out, &select_tag(&statement.plan, sent));
+        write_select_tag(cx.out, &statement.plan, sent);
         Ok(Execution::Complete)
     }
 
@@ -1641,6 +1970,12 @@ impl Engine for Frontend {
         out: &mut Vec<u8>,
     ) {
         if tx == TransactionStatus::Idle {
+            if let Some(block) = session.block.take() {
+                // Every way out of a block goes through COMMIT/ROLLBACK or the session's end;
+                // this only keeps a snapshot from being held forever if one did not.
+                log::error!("a transaction block outlived its transaction");
+                self.release_snapshot(block.hold);
+            }
             session
                 .settings
                 .end_transaction(!error_in_cycle, &mut session.reports);

@@ -4,6 +4,11 @@
 //!   statement text → sqlparser → [`engine::Plan`] → replies.
 //! - [`sql`]: typed expressions (planning, evaluation, PostgreSQL's typing rules).
 //! - [`settings`]: session settings (GUCs) with SET/SHOW/RESET semantics.
+//! - [`dispatch`]: the compute (tables, locks, commits, compaction) on shard 0 and the
+//!   per-shard dispatcher that batches peeks and writes to it over the mesh.
+//! - [`compute`]: multi-versioned tables and the executor of table plans.
+//! - [`stats`]: per-shard counters and the `ringwire.shard_stats` / `ringwire.table_stats`
+//!   relations that show them.
 //!
 //! The path of a Query: `shards` frames and parses the message, calls
 //! `Frontend::simple_query`, which parses with sqlparser, plans each statement, evaluates it and
@@ -14,3 +19,4 @@ pub mod dispatch;
 pub mod engine;
 pub mod settings;
 pub mod sql;
+pub mod stats;

@@ -41,13 +41,32 @@ struct Def {
     description: &'static str,
 }
 
-const ISOLATION_LEVELS: &[&str] = &[
-    "strict serializable",
-    "serializable",
-    "repeatable read",
-    "read committed",
-    "read uncommitted",
+/// The isolation levels a client may ask for, and the one ringwire runs for each (what SHOW
+/// then prints). ringwire implements no level weaker than serializable; the SQL standard lets
+/// an implementation run a stronger level than asked, and SHOW tells the truth about it
+/// (docs/ARCHITECTURE.md, "Isolation").
+const ISOLATION_LEVELS: &[(&str, &str)] = &[
+    ("strict serializable", "strict serializable"),
+    ("serializable", "serializable"),
+    ("repeatable read", "serializable"),
+    ("read committed", "serializable"),
+    ("read uncommitted", "serializable"),
 ];
+
+/// How a session's reads get their timestamp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// The default: a read sees every write acknowledged before it started, on any shard (it
+    /// reads at its shard's frontier, see the oracle crate).
+    #[default]
+    StrictSerializable,
+    /// Reads at the compute's latest complete timestamp, without asking the oracle.
+    Serializable,
+}
+
+/// `transaction_isolation`'s session value when it follows `default_transaction_isolation`
+/// (never SET, or RESET).
+const FOLLOW_DEFAULT: &str = "";
 
 /// The catalog, sorted by name as `SHOW ALL` lists it.
 const DEFS: &[Def] = &[
@@ -216,7 +235,7 @@ const DEFS: &[Def] = &[
     },
     Def {
         name: "transaction_isolation",
-        default: "strict serializable",
+        default: FOLLOW_DEFAULT,
         report: false,
         kind: Kind::Isolation,
         description: "Sets the current transaction's isolation level.",
@@ -247,6 +266,8 @@ pub struct Settings {
     /// Custom placeholder settings (`myapp.user_id`), allowed as in PostgreSQL.
     custom: BTreeMap<String, String>,
     text: TextContext,
+    /// `transaction_isolation` as the engine reads it per statement (no string compare).
+    isolation: Isolation,
     /// Session values as they were when the current transaction first changed one, restored
     /// on rollback.
     snapshot: Option<Box<Snapshot>>,
@@ -269,6 +290,7 @@ impl Settings {
             local: BTreeMap::new(),
             custom: BTreeMap::new(),
             text: TextContext::default(),
+            isolation: Isolation::default(),
             snapshot: None,
         }
     }
@@ -277,10 +299,21 @@ impl Settings {
         &self.text
     }
 
+    /// The isolation the current statement runs at (`SHOW transaction_isolation`).
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
     /// `current_setting(name)` / `SHOW name`: None when the name is unknown.
     pub fn get(&self, name: &str) -> Option<&str> {
         match find(name) {
-            Some(i) => Some(self.local.get(&i).unwrap_or(&self.values[i])),
+            Some(i) => {
+                let value = self.local.get(&i).unwrap_or(&self.values[i]);
+                if value == FOLLOW_DEFAULT && DEFS[i].name == "transaction_isolation" {
+                    return self.get("default_transaction_isolation");
+                }
+                Some(value)
+            }
             None => self
                 .custom
                 .get(&name.to_ascii_lowercase())
@@ -339,12 +372,11 @@ impl Settings {
     }
 
     /// `RESET ALL`.
+    /// `RESET ALL` (and `DISCARD ALL`). `transaction_isolation` is reset too: in ringwire it
+    /// is a session setting (see [`Isolation`]), and a pooler's DISCARD ALL must clear it.
     pub fn reset_all(&mut self, reports: &mut Vec<(&'static str, String)>) {
         for def in DEFS {
-            if def.kind != Kind::ReadOnly
-                && def.name != "transaction_isolation"
-                && def.name != "transaction_read_only"
-            {
+            if def.kind != Kind::ReadOnly && def.name != "transaction_read_only" {
                 let _ = self.set(def.name, None, false, false, reports);
             }
         }
@@ -367,6 +399,12 @@ impl Settings {
         let now = self.get(def.name).unwrap_or_default().to_string();
         if def.name == "TimeZone" || def.name == "extra_float_digits" {
             self.refresh_text_context();
+        }
+        if def.name.ends_with("transaction_isolation") {
+            self.isolation = match self.get("transaction_isolation") {
+                Some("serializable") => Isolation::Serializable,
+                _ => Isolation::StrictSerializable,
+            };
         }
         if def.report && before.as_deref() != Some(now.as_str()) {
             reports.push((def.name, now));
@@ -495,8 +533,8 @@ fn validate(def: &Def, value: &str) -> Result<String, PgError> {
             let lower = v.to_ascii_lowercase();
             ISOLATION_LEVELS
                 .iter()
-                .find(|l| **l == lower || l.replace(' ', "_") == lower)
-                .map(|l| l.to_string())
+                .find(|(asked, _)| *asked == lower || asked.replace(' ', "_") == lower)
+                .map(|(_, runs)| runs.to_string())
                 .ok_or_else(|| invalid(def, value))
         }
         Kind::TimeZone => TimeZone::parse(v)
@@ -646,6 +684,52 @@ mod tests {
         s.set("myapp.user_id", Some("42"), false, false, &mut reports)
             .unwrap();
         assert_eq!(s.get("MyApp.User_Id"), Some("42"));
+    }
+
+    #[test]
+    fn transaction_isolation_follows_its_default_until_set() {
+        let mut s = Settings::new("alice");
+        let mut reports = Vec::new();
+        assert_eq!(s.get("transaction_isolation"), Some("strict serializable"));
+        assert_eq!(s.isolation(), Isolation::StrictSerializable);
+        s.set(
+            "default_transaction_isolation",
+            Some("serializable"),
+            false,
+            false,
+            &mut reports,
+        )
+        .unwrap();
+        assert_eq!(s.get("transaction_isolation"), Some("serializable"));
+        assert_eq!(s.isolation(), Isolation::Serializable);
+        s.set(
+            "transaction_isolation",
+            Some("STRICT_SERIALIZABLE"),
+            false,
+            false,
+            &mut reports,
+        )
+        .unwrap();
+        assert_eq!(s.isolation(), Isolation::StrictSerializable);
+        // A block's level, rolled back with it.
+        s.set(
+            "transaction_isolation",
+            Some("read committed"),
+            true,
+            true,
+            &mut reports,
+        )
+        .unwrap();
+        assert_eq!(s.get("transaction_isolation"), Some("serializable"));
+        assert_eq!(s.isolation(), Isolation::Serializable);
+        s.end_transaction(false, &mut reports);
+        assert_eq!(s.isolation(), Isolation::StrictSerializable);
+        s.reset_all(&mut reports);
+        assert_eq!(s.get("transaction_isolation"), Some("strict serializable"));
+        assert_eq!(
+            s.get("default_transaction_isolation"),
+            Some("strict serializable")
+        );
     }
 
     #[test]

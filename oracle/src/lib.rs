@@ -5,6 +5,10 @@
 //!   commits are all applied ("the read frontier"). Only the sequencer writes the slots; shard
 //!   `i` only reads slot `i`. A read takes its timestamp from its own shard's slot: one load of a
 //!   line that changes once per commit batch, never a write, never a round trip.
+//! - [`Holds`]: which old snapshots are still in use, so the compute can drop versions no read
+//!   can need. Each shard publishes the oldest snapshot its open transaction blocks hold in its
+//!   own padded slot (written when a block opens or closes, never per query); the compute takes
+//!   the minimum when it compacts.
 //! - [`Sequencer`]: the sans-IO core of the commit path. It hands out timestamps to commit
 //!   requests in batches (everything that arrived while the previous batch was being applied
 //!   travels as one batch), and says when a batch may be published.
@@ -61,6 +65,76 @@ impl Frontiers {
                 "frontier went backwards: {previous} -> {ts}"
             );
         }
+    }
+}
+
+/// Snapshot holds: per shard, the oldest timestamp one of its transaction blocks still reads
+/// at, and the compaction bound — the highest timestamp the compute has proposed to compact
+/// below. Shared (`Arc`) between the compute and the shards.
+///
+/// # Why a hold and a compaction cannot miss each other
+/// A shard holds `ts` by storing it in its slot and *then* loading the bound
+/// ([`Holds::try_hold`]); the compute raises the bound to its candidate and *then* loads every
+/// slot ([`Holds::horizon`]). All four accesses are `SeqCst`, so in their single total order
+/// either the compute's slot loads come after the shard's store (the horizon is at most `ts`),
+/// or the shard's bound load comes after the compute's bound store (the shard sees a bound
+/// above `ts` and must take a newer snapshot). A successful hold is therefore never compacted
+/// away, at no cost to reads: the slot is written when a block opens or closes, and read only by
+/// the compute when it compacts.
+pub struct Holds {
+    /// Per shard: the oldest held snapshot, [`Holds::NONE`] if none.
+    slots: Box<[Slot]>,
+    bound: Slot,
+}
+
+impl Holds {
+    /// "No snapshot held" in a slot.
+    pub const NONE: Timestamp = Timestamp::MAX;
+
+    pub fn new(shards: usize) -> Holds {
+        Holds {
+            slots: (0..shards)
+                .map(|_| Slot(AtomicU64::new(Self::NONE)))
+                .collect(),
+            bound: Slot::default(),
+        }
+    }
+
+    /// Shard `shard` starts holding a snapshot at `ts` while its oldest hold so far is
+    /// `oldest` (None: it holds nothing). True: `ts` is safe until the shard publishes a hold
+    /// above it. False: compaction may already have passed `ts`; the caller takes a newer
+    /// timestamp (the frontier is never below the bound) and tries again.
+    pub fn try_hold(&self, shard: usize, ts: Timestamp, oldest: Option<Timestamp>) -> bool {
+        if oldest.is_some_and(|o| o <= ts) {
+            // An older hold, checked when it was taken, already keeps `ts` readable.
+            return true;
+        }
+        self.slots[shard].0.store(ts, Ordering::SeqCst);
+        self.bound.0.load(Ordering::SeqCst) <= ts
+    }
+
+    /// Shard `shard`'s oldest hold is now `oldest` (None: none). Only for raising a hold (a
+    /// block ended); lowering goes through [`Holds::try_hold`].
+    pub fn release_to(&self, shard: usize, oldest: Option<Timestamp>) {
+        self.slots[shard]
+            .0
+            .store(oldest.unwrap_or(Self::NONE), Ordering::SeqCst);
+    }
+
+    /// The compute wants to compact below `candidate` (at most its last published frontier):
+    /// returns the timestamp it may compact below, `min(candidate, every shard's hold)`.
+    pub fn horizon(&self, candidate: Timestamp) -> Timestamp {
+        self.bound.0.fetch_max(candidate, Ordering::SeqCst);
+        self.slots
+            .iter()
+            .map(|s| s.0.load(Ordering::SeqCst))
+            .fold(candidate, Timestamp::min)
+    }
+
+    /// Shard `shard`'s published hold (None: none).
+    pub fn held(&self, shard: usize) -> Option<Timestamp> {
+        let v = self.slots[shard].0.load(Ordering::Relaxed);
+        (v != Self::NONE).then_some(v)
     }
 }
 
@@ -174,6 +248,78 @@ mod tests {
         let a = &f.slots[0] as *const Slot as usize;
         let b = &f.slots[1] as *const Slot as usize;
         assert!(b - a >= 128);
+    }
+
+    /// A hold that `try_hold` accepted is never passed by a horizon, however the compute's
+    /// bound moves concurrently: a compute thread raises its candidate as fast as it can and
+    /// records every horizon it computes; shard threads hold the frontier they read, check
+    /// that no horizon so far exceeded it while they hold it, then release and repeat.
+    #[test]
+    fn an_accepted_hold_is_never_compacted_past() {
+        const ROUNDS: u64 = 20_000;
+        let frontiers = Arc::new(Frontiers::new(2));
+        let holds = Arc::new(Holds::new(2));
+        let max_horizon = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let compute = {
+            let (f, h, m, done) = (
+                frontiers.clone(),
+                holds.clone(),
+                max_horizon.clone(),
+                done.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut ts = 0;
+                while !done.load(Ordering::Relaxed) {
+                    ts += 1;
+                    f.publish(ts);
+                    let horizon = h.horizon(ts);
+                    m.fetch_max(horizon, Ordering::SeqCst);
+                }
+            })
+        };
+        let shards: Vec<_> = (0..2)
+            .map(|shard| {
+                let (f, h, m) = (frontiers.clone(), holds.clone(), max_horizon.clone());
+                std::thread::spawn(move || {
+                    let mut retries = 0u64;
+                    for _ in 0..ROUNDS {
+                        let mut ts = f.read(shard);
+                        while !h.try_hold(shard, ts, None) {
+                            retries += 1;
+                            ts = f.read(shard);
+                        }
+                        for _ in 0..20 {
+                            let seen = m.load(Ordering::SeqCst);
+                            assert!(seen <= ts, "shard {shard} holds {ts}, compacted to {seen}");
+                        }
+                        h.release_to(shard, None);
+                    }
+                    retries
+                })
+            })
+            .collect();
+        for s in shards {
+            s.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        compute.join().unwrap();
+    }
+
+    #[test]
+    fn holds_follow_the_oldest_and_an_older_hold_covers_a_newer_one() {
+        let h = Holds::new(2);
+        assert_eq!(h.horizon(10), 10);
+        assert!(!h.try_hold(0, 5, None), "the bound already passed 5");
+        assert!(h.try_hold(0, 10, None));
+        assert_eq!(h.horizon(20), 10);
+        assert!(h.try_hold(0, 15, Some(10)), "covered by the hold at 10");
+        assert_eq!(h.held(0), Some(10));
+        h.release_to(0, Some(15));
+        assert_eq!(h.horizon(20), 15);
+        h.release_to(0, None);
+        assert_eq!(h.held(0), None);
+        assert_eq!(h.horizon(30), 30);
     }
 
     /// Publish-before-acknowledge makes every later read fresh, on every shard: a writer thread

@@ -338,6 +338,9 @@ fn open_table(env: &Env, obj: &ast::ObjectName, with_position: bool) -> Result<R
         [(n, _)] => n.clone(),
         [(schema, _), (n, _)] if schema == "public" => n.clone(),
         [(schema, _), _] if is_system_schema(schema) => return Ok(Relation::System),
+        // ringwire's own read-only relations (`ringwire.shard_stats`): the catalog knows them
+        // by their qualified name.
+        [(schema, _), (n, _)] if schema == "ringwire" => format!("ringwire.{n}"),
         [_, _] => {
             return Err(place(PgError::new(
                 SqlState::UNDEFINED_TABLE,
