@@ -43,6 +43,16 @@ WORKLOADS = {
 }
 
 
+# ringwire as compared: the full path and the canned-reply wire floor, each on the io_uring
+# socket path (the default, asked for explicitly so a fallback cannot hide) and on glommio's.
+RINGWIRE_VARIANTS = (
+    ("floor", ["--wire-floor", "--io", "uring"]),
+    ("ringwire", ["--io", "uring"]),
+    ("floor-glommio", ["--wire-floor", "--io", "glommio"]),
+    ("ringwire-glommio", ["--io", "glommio"]),
+)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -217,7 +227,8 @@ def main():
     ap.add_argument("--client-threads", type=int, default=2)
     ap.add_argument("--server-cores", default="0-1", help="ringwire --cores and the Tokio server's thread count")
     ap.add_argument("--cost-at", default="1,64", help="concurrencies at which CPU/syscalls per query are measured")
-    ap.add_argument("--servers", default="postgres,tokio,floor,ringwire")
+    ap.add_argument("--servers", default="postgres,tokio,floor,ringwire",
+                    help="any of postgres,tokio," + ",".join(n for n, _ in RINGWIRE_VARIANTS))
     ap.add_argument("--out", default=None, help="write raw results as JSON here")
     args = ap.parse_args()
 
@@ -237,12 +248,12 @@ def main():
             port = free_port()
             servers.append(start_binary("tokio", [os.path.join(RELEASE, "tokio-baseline"), "--listen", f"127.0.0.1:{port}",
                                                    "--threads", str(ncores)], port))
-        for name, extra in (("floor", ["--wire-floor"]), ("ringwire", [])):
+        for name, extra in RINGWIRE_VARIANTS:
             if name in wanted:
                 port = free_port()
                 servers.append(start_binary(name, [os.path.join(RELEASE, "ringwire"), "--listen", f"127.0.0.1:{port}",
                                                    "--cores", args.server_cores, "--log-level", "warn"] + extra, port))
-                if name == "ringwire":
+                if "--wire-floor" not in extra:
                     err = load(port, load_sql, 1)
                     if err:
                         print(f"# ringwire: {err} (workloads needing tables will show errors)", file=sys.stderr)
@@ -281,8 +292,10 @@ def report(runs, workloads, concs, names, args):
           f"client-threads={args.client_threads} server-cores={args.server_cores}; medians over rounds")
     for workload in workloads:
         print(f"\n## {workload}")
+        extra = [("ringwire-glommio", "rw/rw-glommio"), ("floor-glommio", "floor/floor-glommio")]
+        extra = [(o, label) for o, label in extra if o in names]
         head = ["conn"] + [f"{n} qps" for n in names] + [f"{n} p99us" for n in names] + \
-               ["rw/pg", "rw/tokio", "rw/floor"]
+               ["rw/pg", "rw/tokio", "rw/floor"] + [label for _, label in extra]
         print(" | ".join(head))
         for conc in concs:
             sel = {n: [r for r in runs if r["server"] == n and r["workload"] == workload and r["concurrency"] == conc]
@@ -291,12 +304,14 @@ def report(runs, workloads, concs, names, args):
             p99 = {n: median_of(sel[n], "p99_us") for n in names}
             rw = qps.get("ringwire")
 
-            def ratio(other):
+            def ratio(other, of=None):
+                mine = rw if of is None else qps.get(of)
                 o = qps.get(other)
-                return None if rw is None or not o else rw / o
+                return None if mine is None or not o else mine / o
 
             row = [str(conc)] + [fmt(qps[n]) for n in names] + [fmt(p99[n]) for n in names] + \
-                  [fmt(ratio("postgres"), "{:.2f}"), fmt(ratio("tokio"), "{:.2f}"), fmt(ratio("floor"), "{:.2f}")]
+                  [fmt(ratio("postgres"), "{:.2f}"), fmt(ratio("tokio"), "{:.2f}"), fmt(ratio("floor"), "{:.2f}")] + \
+                  [fmt(ratio(o, "floor" if o.startswith("floor") else None), "{:.2f}") for o, _ in extra]
             print(" | ".join(row))
         cost_rows = [(n, c) for c in sorted(set(r["concurrency"] for r in runs)) for n in names
                      if any("server_cpu_us_per_query" in r for r in runs
