@@ -353,6 +353,7 @@ pub struct Driver {
     free: RefCell<Vec<usize>>,
     /// Sockets with something for the driver to submit (send, re-arm, cancel).
     dirty: RefCell<Vec<Rc<Socket>>>,
+    dirty_spare: Cell<Vec<Rc<Socket>>>,
     listeners: Vec<Listener>,
     on_accept: RefCell<Option<OnAccept>>,
     /// Accepts to re-arm (after an error such as EMFILE, at the given time).
@@ -397,6 +398,7 @@ impl Driver {
             sockets: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             dirty: RefCell::new(Vec::new()),
+            dirty_spare: Cell::new(Vec::new()),
             listeners: listeners
                 .into_iter()
                 .map(|(fd, unix)| Listener { fd, unix })
@@ -491,8 +493,10 @@ impl Driver {
     /// Queue what dirty sockets need: their next send, a paused receive resumed, the cancel of
     /// a closing socket's receive.
     fn flush_dirty(&self) {
-        let dirty = std::mem::take(&mut *self.dirty.borrow_mut());
-        for sock in dirty {
+        // Swap in the (empty) spare list so the steady state reuses two allocations.
+        let mut dirty = self.dirty_spare.take();
+        std::mem::swap(&mut dirty, &mut *self.dirty.borrow_mut());
+        for sock in dirty.drain(..) {
             sock.dirty.set(false);
             if sock.error.get().is_none() {
                 self.start_send(&sock);
@@ -513,6 +517,7 @@ impl Driver {
             }
             self.maybe_release(&sock);
         }
+        self.dirty_spare.set(dirty);
     }
 
     fn start_send(&self, sock: &Socket) {
@@ -726,6 +731,9 @@ impl Driver {
             }
         }
         let mut retry = self.accept_retry.borrow_mut();
+        if retry.is_empty() {
+            return n;
+        }
         let due: Vec<usize> = retry
             .iter()
             .filter(|(_, at)| *at <= now)
