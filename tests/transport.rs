@@ -298,6 +298,24 @@ fn many_megabyte_replies_stream_whole_and_slow_readers_get_backpressure() {
         let (rows, _) = first.read_until_ready();
         assert_eq!(rows, 40);
     }
+    // A client blocked on a big reply that keeps sending (2 MB of small queries) has its
+    // input paused, not buffered without bound; once it reads, every query is answered.
+    let mut flooder = Raw::connect(&rw);
+    flooder.send_query("select id, v from big order by id");
+    let mut writer = flooder.stream.try_clone().unwrap();
+    let flood = std::thread::spawn(move || {
+        let mut batch = Vec::new();
+        for _ in 0..100_000 {
+            frontend::encode_query(&mut batch, "select 1");
+        }
+        writer.write_all(&batch).unwrap();
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(flooder.read_until_ready().0, 40);
+    for _ in 0..100_000 {
+        assert_eq!(flooder.read_until_ready().0, 1);
+    }
+    flood.join().unwrap();
     // Resetting the others mid-reply ends only their connections.
     for c in stalled {
         reset_on_close(&c.stream);

@@ -611,7 +611,10 @@ impl Driver {
                 if !sock.closing.get() {
                     let mut inbox = sock.inbox.borrow_mut();
                     inbox.extend_from_slice(data);
-                    if inbox.len() - sock.in_pos.get() > INBOX_HIGH && sock.recv_armed.get() {
+                    if inbox.len() - sock.in_pos.get() > INBOX_HIGH
+                        && sock.recv_armed.get()
+                        && !sock.recv_paused.get()
+                    {
                         // Pause: cancel the multishot receive; resumed by `poll_read`.
                         sock.recv_paused.set(true);
                         self.push(
