@@ -178,6 +178,18 @@ def parse_secs(s):
     return float(s)
 
 
+def count_syscalls(pid, seconds):
+    """Syscalls process `pid` makes over the next `seconds` (perf stat), or None if perf
+    could not count them."""
+    perf = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid), "--",
+                           "sleep", str(seconds)], capture_output=True, text=True)
+    for line in perf.stderr.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and "raw_syscalls" in parts[2] and parts[0].strip().isdigit():
+            return int(parts[0])
+    return None
+
+
 def measured_run(server, workload, mode, conc, args, cost):
     """One bench run; with `cost`, also the server's CPU and syscalls over the timed window."""
     warm, dur = parse_secs(args.warmup), parse_secs(args.duration)
@@ -186,18 +198,15 @@ def measured_run(server, workload, mode, conc, args, cost):
     def sampler():
         time.sleep(warm + 0.3)  # connections open + warm-up done
         t0, c0 = time.time(), server.cpu_seconds()
-        perf = None
+        window = max(dur - 0.6, 0.5)
+        syscalls = None
         if cost and shutil.which("perf"):
-            perf = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(server.pid), "--",
-                                   "sleep", str(max(dur - 0.6, 0.5))], capture_output=True, text=True)
+            syscalls = count_syscalls(server.pid, window)
         else:
-            time.sleep(max(dur - 0.6, 0.5))
+            time.sleep(window)
         sample["cpu_s"], sample["window_s"] = server.cpu_seconds() - c0, time.time() - t0
-        if perf is not None:
-            for line in perf.stderr.splitlines():
-                parts = line.split(",")
-                if len(parts) > 2 and "raw_syscalls" in parts[2] and parts[0].strip().isdigit():
-                    sample["syscalls"] = int(parts[0])
+        if syscalls is not None:
+            sample["syscalls"] = syscalls
 
     t = threading.Thread(target=sampler) if server.name != "postgres" else None
     if t:

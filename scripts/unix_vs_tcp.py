@@ -19,7 +19,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import RELEASE, free_port, start_binary, load  # noqa: E402
+from compare import RELEASE, count_syscalls, free_port, start_binary, load  # noqa: E402
 
 
 def pgbench(host, port, conc, duration):
@@ -45,13 +45,10 @@ def measured(server, host, conc, duration):
     def sampler():
         time.sleep(1.0)  # connections open, warmed up
         t0, c0 = time.time(), server.cpu_seconds()
-        perf = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(server.pid),
-                               "--", "sleep", str(duration - 1.5)], capture_output=True, text=True)
+        syscalls = count_syscalls(server.pid, duration - 1.5)
         sample["cpu"], sample["window"] = server.cpu_seconds() - c0, time.time() - t0
-        for line in perf.stderr.splitlines():
-            parts = line.split(",")
-            if len(parts) > 2 and "raw_syscalls" in parts[2] and parts[0].strip().isdigit():
-                sample["syscalls"] = int(parts[0])
+        if syscalls is not None:
+            sample["syscalls"] = syscalls
 
     t = threading.Thread(target=sampler)
     t.start()
