@@ -123,6 +123,23 @@ fn unix_socket_serves_psql_pgbench_and_tokio_postgres() {
             .await
             .unwrap();
         assert_eq!(row.get::<_, String>(0), "a");
+
+        // Linux has no SO_REUSEPORT for Unix sockets, so the server deals local connections
+        // over its shards itself: eight in a row land on both of the two shards, evenly.
+        let mut per_shard = [0usize; 2];
+        let mut clients = Vec::new();
+        for _ in 0..8 {
+            let (client, conn) = tokio_postgres::connect(&conn_str, NoTls).await.unwrap();
+            tokio::spawn(conn);
+            let pid: i32 = client
+                .query_one("select pg_backend_pid()", &[])
+                .await
+                .unwrap()
+                .get(0);
+            per_shard[shards::shard_of_process_id(pid)] += 1;
+            clients.push(client);
+        }
+        assert_eq!(per_shard, [4, 4], "Unix connections per shard");
     });
 }
 

@@ -21,7 +21,7 @@ use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -162,6 +162,15 @@ where
     // Unix-domain connections: on the io_uring path every shard accepts on its own duplicate
     // of the socket; on the glommio path one thread accepts and deals them out.
     let mut unix_fds: Vec<Option<OwnedFd>> = (0..shards).map(|_| None).collect();
+    // io_uring path: accepted Unix connections dealt round-robin over the shards (see
+    // `Driver::set_unix_deal`), each shard's share sent over its channel.
+    let (deal_senders, deal_receivers): (Vec<_>, Vec<_>) =
+        (0..shards).map(|_| flume::unbounded::<OwnedFd>()).unzip();
+    let dealer = Arc::new(UnixDealer {
+        shards: deal_senders,
+        bells: bells.clone(),
+        next: AtomicUsize::new(0),
+    });
     let mut unix_receivers: Vec<Option<flume::Receiver<std::os::unix::net::UnixStream>>> =
         (0..shards).map(|_| None).collect();
     if let Some(unix) = listeners.unix {
@@ -199,14 +208,16 @@ where
         }
     }
     let mut handles = Vec::with_capacity(shards);
-    for (id, (((listener, cancel_rx), mesh_rx), (unix_fd, unix_rx))) in listeners
+    for (id, ((((listener, cancel_rx), mesh_rx), (unix_fd, unix_rx)), dealt_rx)) in listeners
         .sockets
         .into_iter()
         .zip(receivers)
         .zip(mesh_receivers)
         .zip(unix_fds.into_iter().zip(unix_receivers))
+        .zip(deal_receivers)
         .enumerate()
     {
+        let dealer = dealer.clone();
         let placement = match &config.placement {
             Placement::Pinned(cores) => GlommioPlacement::Fixed(cores[id]),
             Placement::Unpinned(_) => GlommioPlacement::Unbound,
@@ -258,9 +269,10 @@ where
                 let inputs = ShardInputs {
                     cancels: cancel_rx,
                     mesh: mesh_rx,
+                    unix_dealt: dealt_rx,
                 };
                 match (driver, glommio_listener) {
-                    (Some(driver), _) => uring_main(shard, driver, inputs).await,
+                    (Some(driver), _) => uring_main(shard, driver, inputs, dealer).await,
                     (None, Some(listener)) => glommio_main(shard, listener, unix_rx, inputs).await,
                     (None, None) => unreachable!("one socket path is set up"),
                 }
@@ -280,6 +292,34 @@ where
 struct ShardInputs<M> {
     cancels: flume::Receiver<CancelMessage>,
     mesh: flume::Receiver<M>,
+    /// Unix-domain connections another shard accepted and dealt to this one.
+    unix_dealt: flume::Receiver<OwnedFd>,
+}
+
+/// Deals accepted Unix-domain connections round-robin over the shards (io_uring path). One
+/// shared counter bump per connection, never per query.
+struct UnixDealer {
+    shards: Vec<flume::Sender<OwnedFd>>,
+    bells: Arc<Vec<Arc<Doorbell>>>,
+    next: AtomicUsize,
+}
+
+impl UnixDealer {
+    /// `Some(fd)` if shard `me` keeps the connection.
+    fn deal(&self, me: usize, fd: OwnedFd) -> Option<OwnedFd> {
+        let to = self.next.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        if to == me {
+            return Some(fd);
+        }
+        match self.shards[to].send(fd) {
+            Ok(()) => {
+                self.bells[to].ring();
+                None
+            }
+            // That shard has stopped: serve the client here.
+            Err(flume::SendError(fd)) => Some(fd),
+        }
+    }
 }
 
 /// A shard on the io_uring path: the driver owns the sockets and the thread's sleep, and
@@ -288,7 +328,10 @@ async fn uring_main<E: Engine>(
     shard: Rc<Shard<E>>,
     driver: Rc<Driver>,
     inputs: ShardInputs<E::Message>,
+    dealer: Arc<UnixDealer>,
 ) {
+    let me = shard.id;
+    driver.set_unix_deal(Box::new(move |fd| dealer.deal(me, fd)));
     let inputs = Rc::new(inputs);
     let on_accept = {
         let shard = shard.clone();
@@ -306,10 +349,18 @@ async fn uring_main<E: Engine>(
                 shard.apply_cancel(msg);
                 n += 1;
             }
+            while let Ok(fd) = inputs.unix_dealt.try_recv() {
+                if let Some(driver) = crate::uring::current() {
+                    driver.adopt(fd, Peer::Unix);
+                }
+                n += 1;
+            }
             n
         })
     };
-    let pending = Box::new(move || !inputs.mesh.is_empty() || !inputs.cancels.is_empty());
+    let pending = Box::new(move || {
+        !inputs.mesh.is_empty() || !inputs.cancels.is_empty() || !inputs.unix_dealt.is_empty()
+    });
     driver.set_handlers(on_accept, drain, pending);
     log::debug!("shard {} serving on its io_uring", shard.id);
     driver.run().await
@@ -322,7 +373,8 @@ async fn glommio_main<E: Engine>(
     unix: Option<flume::Receiver<std::os::unix::net::UnixStream>>,
     inputs: ShardInputs<E::Message>,
 ) {
-    let ShardInputs { cancels, mesh } = inputs;
+    // Unix connections come dealt by the accept thread here (`unix`), not through `unix_dealt`.
+    let ShardInputs { cancels, mesh, .. } = inputs;
     let mesh_task = {
         let shard = shard.clone();
         glommio::spawn_local(async move {

@@ -343,6 +343,10 @@ struct Listener {
 /// What the driver does with a freshly accepted connection (spawn its task).
 pub type OnAccept = Box<dyn Fn(UringStream, Peer)>;
 
+/// Where a freshly accepted Unix-domain connection goes: `Some(fd)` keeps it on this shard,
+/// `None` means it was handed to another shard (which calls [`Driver::adopt`]).
+pub type UnixDeal = Box<dyn Fn(OwnedFd) -> Option<OwnedFd>>;
+
 /// A shard's io_uring and everything attached to it.
 pub struct Driver {
     // Field order matters: the ring is dropped (cancelling every operation) before the
@@ -356,6 +360,7 @@ pub struct Driver {
     dirty_spare: Cell<Vec<Rc<Socket>>>,
     listeners: Vec<Listener>,
     on_accept: RefCell<Option<OnAccept>>,
+    unix_deal: RefCell<Option<UnixDeal>>,
     /// Accepts to re-arm (after an error such as EMFILE, at the given time).
     accept_retry: RefCell<Vec<(usize, Instant)>>,
     bell: std::sync::Arc<Doorbell>,
@@ -404,6 +409,7 @@ impl Driver {
                 .map(|(fd, unix)| Listener { fd, unix })
                 .collect(),
             on_accept: RefCell::new(None),
+            unix_deal: RefCell::new(None),
             accept_retry: RefCell::new(Vec::new()),
             bell,
             bell_buf: Box::new(UnsafeCell::new(0)),
@@ -433,6 +439,13 @@ impl Driver {
         *self.on_accept.borrow_mut() = Some(on_accept);
         *self.inbox.borrow_mut() = Some(inbox);
         *self.inbox_pending.borrow_mut() = Some(inbox_pending);
+    }
+
+    /// Deal accepted Unix-domain connections over the shards. The kernel has no SO_REUSEPORT
+    /// for Unix sockets: every shard accepts on the same socket and one of them tends to win
+    /// every time, so without this all local clients would share one core.
+    pub fn set_unix_deal(&self, deal: UnixDeal) {
+        *self.unix_deal.borrow_mut() = Some(deal);
     }
 
     fn push(&self, entry: squeue::Entry) {
@@ -675,7 +688,14 @@ impl Driver {
         // SAFETY: the kernel just gave us this descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(res) };
         let peer = if self.listeners[listener].unix {
-            Peer::Unix
+            let kept = match &*self.unix_deal.borrow() {
+                Some(deal) => deal(fd),
+                None => Some(fd),
+            };
+            match kept {
+                Some(fd) => return self.adopt(fd, Peer::Unix),
+                None => return,
+            }
         } else {
             let sock = socket2::SockRef::from(&fd);
             let _ = sock.set_nodelay(true);
@@ -684,6 +704,13 @@ impl Driver {
                 None => return, // Gone already.
             }
         };
+        self.adopt(fd, peer);
+    }
+
+    /// Serve a connected socket on this shard: arm its receive and hand its stream to the
+    /// accept handler. Used for accepted sockets and for Unix connections dealt here by
+    /// another shard.
+    pub fn adopt(&self, fd: OwnedFd, peer: Peer) {
         let index = self.free.borrow_mut().pop().unwrap_or_else(|| {
             let mut sockets = self.sockets.borrow_mut();
             sockets.push(None);
