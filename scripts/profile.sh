@@ -6,7 +6,9 @@
 #   scripts/profile.sh --pid 1234 --port 6875  # attach to a running server
 #   scripts/profile.sh --pgbench-init --sql 'SELECT abalance FROM pgbench_accounts WHERE aid = :aid' \
 #       --param aid=1..100000                  # load pgbench's tables first, then profile
+#   scripts/profile.sh --setup 'CREATE TABLE t (a int4); INSERT INTO t VALUES (1)' --sql 'SELECT * FROM t'
 #   options: --sql 'SELECT ...' --param aid=1..100000 --concurrency N --duration 10s --mode simple
+#            --setup 'SQL run once through psql before the load' --io uring|glommio
 #
 # Builds the `profiling` Cargo profile (release code, full symbols; frame pointers are forced
 # for every build in .cargo/config.toml), starts ringwire pinned to --cores (default 0-1), warms
@@ -16,13 +18,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pid="" port="" floor="" init="" cores="0-1" sql="SELECT 1" params=() conc=64 duration=10s mode=simple warmup=2s
+pid="" port="" floor="" init="" setup="" io=auto cores="0-1" sql="SELECT 1" params=() conc=64 duration=10s mode=simple warmup=2s
 while [ $# -gt 0 ]; do
     case "$1" in
         --pid) pid=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
         --floor) floor=--wire-floor; shift ;;
         --pgbench-init) init=1; shift ;;
+        --setup) setup=$2; shift 2 ;;
+        --io) io=$2; shift 2 ;;
         --cores) cores=$2; shift 2 ;;
         --sql) sql=$2; shift 2 ;;
         --param) params+=(--param "$2"); shift 2 ;;
@@ -44,7 +48,7 @@ mkdir -p "$out"
 started=""
 if [ -z "$pid" ]; then
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    "$target/profiling/ringwire" --listen "127.0.0.1:$port" --cores "$cores" --log-level warn $floor &
+    "$target/profiling/ringwire" --listen "127.0.0.1:$port" --cores "$cores" --io "$io" --log-level warn $floor &
     pid=$!
     started=1
     trap '[ -n "$started" ] && kill $pid 2>/dev/null || true' EXIT
@@ -53,6 +57,9 @@ fi
 [ -n "$port" ] || { echo "profile.sh: --pid needs --port" >&2; exit 2; }
 if [ -n "$init" ]; then
     pgbench -i -s 1 -q -h 127.0.0.1 -p "$port" -U postgres postgres > "$out/pgbench-init.log" 2>&1
+fi
+if [ -n "$setup" ]; then
+    psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "$setup" > "$out/setup.log"
 fi
 
 secs=${duration%s}

@@ -3,29 +3,14 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::ringwire::Ringwire;
 use tokio_postgres::{error::SqlState, NoTls, SimpleQueryMessage};
 
 fn psql(rw: &Ringwire, sql: &str) -> std::process::Output {
-    Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &rw.port.to_string(),
-            "-U",
-            "postgres",
-            "-X",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-At",
-            "-c",
-            sql,
-        ])
-        .env("PGCONNECT_TIMEOUT", "10")
+    rw.psql()
+        .args(["-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
         .output()
         .expect("run psql (apt-get install postgresql-client)")
 }
@@ -77,12 +62,9 @@ fn pgbench(rw: &Ringwire, script: &str, mode: &str) -> String {
     let file = dir.join("script.sql");
     std::fs::write(&file, script).unwrap();
     let file = file.to_str().unwrap();
-    common::pgbench::run(
-        rw.port,
-        &[
-            "-n", "-c", "16", "-j", "2", "-T", "5", "-M", mode, "-f", file,
-        ],
-    )
+    rw.pgbench(&[
+        "-n", "-c", "16", "-j", "2", "-T", "5", "-M", mode, "-f", file,
+    ])
 }
 
 #[test]

@@ -4,7 +4,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,18 +48,9 @@ async fn spread(rw: &Ringwire, shards: usize, per_shard: usize) -> Vec<(usize, C
 #[test]
 fn psql_creates_inserts_and_selects() {
     let rw = Ringwire::start(&[]);
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &rw.port.to_string(),
-            "-U",
-            "postgres",
-            "-X",
-            "-v",
-            "ON_ERROR_STOP=1",
-        ])
+    let out = rw
+        .psql()
+        .args(["-v", "ON_ERROR_STOP=1"])
         .args([
             "-c",
             "create table t (id text, value int4);",
@@ -365,7 +355,7 @@ async fn reads_are_linearizable_across_shards() {
 #[tokio::test]
 async fn pgbench_init_select_only_and_tpcb_like() {
     let rw = Ringwire::start(&[]);
-    common::pgbench::run(rw.port, &["-i", "-s", "1"]);
+    rw.pgbench(&["-i", "-s", "1"]);
     let client = connect(&rw).await;
     let n: i64 = client
         .query_one("select count(*) from pgbench_accounts", &[])
@@ -383,18 +373,12 @@ async fn pgbench_init_select_only_and_tpcb_like() {
         "primary key step missing"
     );
     for mode in ["simple", "prepared"] {
-        let report = common::pgbench::run(
-            rw.port,
-            &["-n", "-S", "-c", "16", "-j", "2", "-T", "3", "-M", mode],
-        );
+        let report = rw.pgbench(&["-n", "-S", "-c", "16", "-j", "2", "-T", "3", "-M", mode]);
         let (processed, failed) = common::pgbench::processed_and_failed(&report);
         assert!(processed > 500, "-S -M {mode}: {report}");
         assert_eq!(failed, 0, "-S -M {mode}: {report}");
     }
-    let report = common::pgbench::run(
-        rw.port,
-        &["-n", "-b", "tpcb-like", "-c", "8", "-j", "2", "-T", "3"],
-    );
+    let report = rw.pgbench(&["-n", "-b", "tpcb-like", "-c", "8", "-j", "2", "-T", "3"]);
     let (processed, failed) = common::pgbench::processed_and_failed(&report);
     assert!(processed > 50, "tpcb-like: {report}");
     assert_eq!(failed, 0, "tpcb-like: {report}");

@@ -745,12 +745,12 @@ async fn simple(client: &Client, sql: &str) -> Outcome {
 /// Runs `COPY` through psql against `port`: data after the first newline goes to stdin.
 /// Output is psql's exit status, its stdout (lines sorted: COPY TO has no order) and
 /// stderr, which `VERBOSITY=sqlstate` reduces to the SQLSTATE.
-async fn psql_copy(port: u16, step: &str) -> Outcome {
+async fn psql_copy(host: &str, port: u16, step: &str) -> Outcome {
     let (sql, data) = step.split_once('\n').unwrap_or((step, ""));
-    let (sql, data) = (sql.to_owned(), data.to_owned());
+    let (sql, data, host) = (sql.to_owned(), data.to_owned(), host.to_owned());
     tokio::task::spawn_blocking(move || {
         let mut child = Command::new("psql")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+            .args(["-h", &host, "-p", &port.to_string(), "-U", "postgres"])
             .args([
                 "-d",
                 "postgres",
@@ -936,7 +936,10 @@ async fn tables_match_postgres() {
     };
     for sql in CORPUS {
         let (expected, actual) = if sql.starts_with("copy ") {
-            (psql_copy(pg.port, sql).await, psql_copy(rw.port, sql).await)
+            (
+                psql_copy("127.0.0.1", pg.port, sql).await,
+                psql_copy(rw.host(), rw.port, sql).await,
+            )
         } else {
             (simple(&pg_client, sql).await, simple(&rw_client, sql).await)
         };

@@ -4,8 +4,13 @@ use std::process::Command;
 
 /// `pgbench -h 127.0.0.1 -p PORT -U postgres ARGS postgres`; panics with the report if it fails.
 pub fn run(port: u16, args: &[&str]) -> String {
+    run_on("127.0.0.1", port, args)
+}
+
+/// `pgbench -h HOST -p PORT -U postgres ARGS postgres` (HOST may be a socket directory).
+pub fn run_on(host: &str, port: u16, args: &[&str]) -> String {
     let out = Command::new("pgbench")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+        .args(["-h", host, "-p", &port.to_string(), "-U", "postgres"])
         .args(args)
         .arg("postgres")
         .output()
