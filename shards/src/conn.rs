@@ -6,7 +6,8 @@
 //! write), or earlier if `out` grows past [`FLUSH_BYTES`]. The transport is any
 //! `AsyncRead + AsyncWrite`, so the io_uring path can replace glommio's stream underneath.
 //!
-//! States: `startup` (startup packet, SSL/GSS negotiation answered `N`, cancel requests) →
+//! States: `tls::negotiate` (with TLS on: SSLRequest answered `S` and the handshake, or
+//! direct TLS) → `startup` (startup packet, SSL/GSS negotiation answered `N`, cancel requests) →
 //! `authenticate` (in `crate::auth`) → ready ⇄ in-query, with the transaction status
 //! `I`/`T`/`E` in `Conn::tx` and `skip_until_sync` after an error in the extended protocol.
 
@@ -22,9 +23,10 @@ use protocol::frontend::{self, FrontendMessage, StartupRequest, Target};
 use protocol::wire::{frame_bytes_needed, split_frame};
 use protocol::{PgError, Severity, SqlState};
 
-use crate::auth::{authenticate, Client};
+use crate::auth::{authenticate, ChannelBinding, Client};
 use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
 use crate::shard::Shard;
+use crate::tls::{self, Transport};
 use crate::uring::Peer;
 
 /// COPY FROM STDIN data is collected before it is parsed and applied; this bounds what one
@@ -72,7 +74,7 @@ impl ReadBuf {
         self.consume(n);
     }
 
-    fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         debug_assert!(
             self.start + n <= self.end,
             "consumed more than was buffered"
@@ -138,15 +140,35 @@ impl From<io::Error> for End {
 /// is an [`End`]. `peer` is the client's address, for the host-based auth rules.
 pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     shard: Rc<Shard<E>>,
-    mut stream: S,
+    stream: S,
     peer: Option<Peer>,
     over_limit: bool,
 ) -> End {
     let mut rbuf = ReadBuf::new();
     let mut out = Vec::with_capacity(READ_BUF_BYTES);
     let timeout = shard.config.startup_timeout;
+    let mut stream = Transport::Plain(stream);
+    // The timeout covers the TLS handshake too: a client that stalls in it is cut off alike.
     let started = futures_lite::future::or(
-        async { Some(startup(&shard, &mut stream, &mut rbuf, &mut out, peer, over_limit).await) },
+        async {
+            let binding =
+                match tls::negotiate(&shard.config.tls, &mut stream, &mut rbuf, peer).await {
+                    Ok(binding) => binding,
+                    Err(end) => return Some(Err(end)),
+                };
+            Some(
+                startup(
+                    &shard,
+                    &mut stream,
+                    &mut rbuf,
+                    &mut out,
+                    peer,
+                    binding,
+                    over_limit,
+                )
+                .await,
+            )
+        },
         async {
             crate::time::sleep(timeout).await;
             None
@@ -158,7 +180,7 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         Some(Err(End::Fatal(e))) => {
             out.clear();
             backend::write_error(&mut out, &e);
-            let _ = stream.write_all(&out).await;
+            let _ = flush(&mut stream, &mut out).await;
             return End::Fatal(e);
         }
         Some(Err(end)) => return end,
@@ -169,7 +191,7 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
             );
             out.clear();
             backend::write_error(&mut out, &e);
-            let _ = stream.write_all(&out).await;
+            let _ = flush(&mut stream, &mut out).await;
             return End::Fatal(e);
         }
     };
@@ -186,6 +208,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     rbuf: &mut ReadBuf,
     out: &mut Vec<u8>,
     peer: Option<Peer>,
+    binding: ChannelBinding,
     over_limit: bool,
 ) -> Result<Conn<E>, End> {
     let (session, info) = loop {
@@ -261,6 +284,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                     user: &info.user,
                     database: &info.database,
                     peer,
+                    binding,
                 };
                 authenticate(shard, stream, rbuf, out, &client, n).await?;
                 // The StartupMessage is still at the front of rbuf (authentication read past it
@@ -751,5 +775,7 @@ async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> io::
     }
     let r = stream.write_all(out).await;
     out.clear();
-    r
+    r?;
+    // Over TLS the last record may still sit in rustls; plaintext streams return at once.
+    stream.flush().await
 }

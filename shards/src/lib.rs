@@ -11,6 +11,7 @@
 //! - [`engine`]: the [`engine::Engine`] trait the SQL side implements.
 //! - [`uring`]: the shard's own io_uring socket path (the default); [`time`]: timers that
 //!   work on both paths.
+//! - [`tls`]: SSLRequest/direct TLS negotiation and the plain-or-TLS stream under `conn`.
 //!
 //! What crosses cores: only CancelRequests (over flume channels, to the shard whose id is in
 //! the process id) and the connection count (one atomic add per connect).
@@ -22,6 +23,7 @@ pub mod engine;
 pub mod runtime;
 mod shard;
 pub mod time;
+pub mod tls;
 pub mod uring;
 
 pub use shard::shard_of_process_id;
