@@ -15,9 +15,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::ringwire::Ringwire;
+use common::wire::{self, read_messages, simple_query};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// A test CA and a server certificate for `localhost` it signed, as PEM files in a temp dir.
@@ -505,47 +506,12 @@ async fn tokio_postgres_over_rustls_with_channel_binding() {
     }
 }
 
-/// A StartupMessage for user postgres.
 fn startup_message() -> Vec<u8> {
-    let mut body = 196608i32.to_be_bytes().to_vec();
-    body.extend_from_slice(b"user\0postgres\0database\0postgres\0\0");
-    let mut msg = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    msg.extend_from_slice(&body);
-    msg
-}
-
-fn simple_query(sql: &str) -> Vec<u8> {
-    let mut msg = vec![b'Q'];
-    msg.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
-    msg.extend_from_slice(sql.as_bytes());
-    msg.push(0);
-    msg
-}
-
-/// Read backend messages until ReadyForQuery or the end: (tag, body) pairs.
-async fn read_messages<R: tokio::io::AsyncRead + Unpin>(stream: &mut R) -> Vec<(u8, Vec<u8>)> {
-    let mut messages = Vec::new();
-    loop {
-        let mut head = [0u8; 5];
-        if stream.read_exact(&mut head).await.is_err() {
-            return messages;
-        }
-        let len = i32::from_be_bytes(head[1..5].try_into().unwrap()) as usize;
-        let mut body = vec![0u8; len - 4];
-        stream.read_exact(&mut body).await.unwrap();
-        let tag = head[0];
-        messages.push((tag, body));
-        if tag == b'Z' || tag == b'E' {
-            return messages;
-        }
-    }
+    wire::startup_message(&[("user", "postgres"), ("database", "postgres")])
 }
 
 fn sqlstate(body: &[u8]) -> String {
-    body.split(|&b| b == 0)
-        .find_map(|f| f.strip_prefix(b"C"))
-        .map(|c| String::from_utf8_lossy(c).to_string())
-        .unwrap_or_default()
+    wire::error_field(body, b'C')
 }
 
 async fn direct_tls(
@@ -603,6 +569,36 @@ async fn bytes_after_ssl_request_are_refused_not_read_as_encrypted() {
     assert_eq!(messages.len(), 1, "{messages:?}");
     assert_eq!(sqlstate(&messages[0].1), "08P01");
     assert!(String::from_utf8_lossy(&messages[0].1).contains("unencrypted data after SSL request"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stalls_in_the_handshake_is_cut_off() {
+    let certs = Certs::new("stall", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let rw = certs.start(&["--startup-timeout-secs", "2"]);
+    for direct in [false, true] {
+        let mut tcp = TcpStream::connect(("127.0.0.1", rw.port)).await.unwrap();
+        let started = std::time::Instant::now();
+        if direct {
+            // The first bytes of a TLS record header, then nothing.
+            tcp.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
+        } else {
+            let mut request = 8i32.to_be_bytes().to_vec();
+            request.extend_from_slice(&80877103i32.to_be_bytes());
+            tcp.write_all(&request).await.unwrap();
+            let mut answer = [0u8; 1];
+            tokio::io::AsyncReadExt::read_exact(&mut tcp, &mut answer)
+                .await
+                .unwrap();
+            assert_eq!(&answer, b"S");
+        }
+        assert!(wire::is_closed(&mut tcp).await);
+        let after = started.elapsed();
+        assert!(
+            after >= std::time::Duration::from_millis(1800)
+                && after < std::time::Duration::from_secs(6),
+            "direct={direct}: cut off after {after:?}"
+        );
+    }
 }
 
 #[test]

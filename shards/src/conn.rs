@@ -25,6 +25,7 @@ use protocol::{PgError, Severity, SqlState};
 
 use crate::auth::{authenticate, ChannelBinding, Client};
 use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
+use crate::limits;
 use crate::shard::Shard;
 use crate::tls::{self, Transport};
 use crate::uring::Peer;
@@ -460,10 +461,23 @@ impl<E: Engine> Conn<E> {
             }
             rbuf.shrink_if_idle();
             let want = frame_bytes_needed(rbuf.data()).unwrap_or(5);
-            match rbuf.fill(stream, want).await {
-                Ok(true) => {}
-                Ok(false) => return End::ClientClosed,
-                Err(e) => return End::Io(e),
+            let idle_limit_ms = match self.tx {
+                TransactionStatus::Idle => 0,
+                _ => {
+                    self.shard
+                        .engine
+                        .timeouts(&self.session)
+                        .idle_in_transaction_ms
+                }
+            };
+            match limits::unless_idle_too_long(rbuf.fill(stream, want), idle_limit_ms).await {
+                Some(Ok(true)) => {}
+                Some(Ok(false)) => return End::ClientClosed,
+                Some(Err(e)) => return End::Io(e),
+                None => {
+                    let e = limits::idle_in_transaction_timeout();
+                    return self.fatal(stream, &mut out, e).await;
+                }
             }
         }
     }
@@ -611,7 +625,11 @@ impl<E: Engine> Conn<E> {
                 self.statements.remove("");
                 self.portals.remove("");
                 self.cancel.reset();
-                match engine.simple_query(&mut cx!(self, out), sql).await {
+                let timeout_ms = engine.timeouts(&self.session).statement_ms;
+                let cancel = &self.cancel;
+                let mut cx = cx!(self, out);
+                let query = engine.simple_query(&mut cx, sql);
+                match limits::with_statement_timeout(query, timeout_ms, cancel).await {
                     // COPY FROM STDIN: ReadyForQuery waits until the data is in.
                     Ok(()) if self.copy_in_started => {
                         self.copy_in_started = false;
@@ -684,6 +702,7 @@ impl<E: Engine> Conn<E> {
                     return Ok(Flow::Continue);
                 };
                 self.cancel.reset();
+                let timeout_ms = engine.timeouts(&self.session).statement_ms;
                 let max_rows = if max_rows <= 0 { 0 } else { max_rows as u32 };
                 let mut cx = Cx {
                     session: &mut self.session,
@@ -696,7 +715,8 @@ impl<E: Engine> Conn<E> {
                     close_all_portals: &mut self.close_all_portals,
                     copy_in: &mut self.copy_in_started,
                 };
-                match engine.execute(&mut cx, p, max_rows).await {
+                let execution = engine.execute(&mut cx, p, max_rows);
+                match limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await {
                     Ok(Execution::Complete) => {}
                     Ok(Execution::Suspended) => backend::write_portal_suspended(out),
                     Err(e) if e.severity == Severity::Fatal => return Err(e),
