@@ -3,7 +3,8 @@
 //! rustls, SCRAM-SHA-256-PLUS (libpq's `channel_binding=require` succeeds only over TLS; a
 //! SHA-384 certificate binds with a SHA-384 hash), `hostssl`/`hostnossl` rules, `--tls-mode
 //! require`, direct TLS (PostgreSQL 17's `sslnegotiation=direct`: ClientHello first, ALPN
-//! `postgresql`) with a raw rustls client, and bytes smuggled after SSLRequest.
+//! `postgresql`) with a raw rustls client, bytes smuggled after SSLRequest, a client stalled
+//! mid-handshake (startup timeout), and slow TLS readers (backpressure, bounded memory).
 //!
 //! Certificates are made at run time with rcgen. These run on whichever socket path the binary
 //! picks (`RINGWIRE_IO=uring|glommio`).
@@ -598,6 +599,72 @@ async fn a_client_that_stalls_in_the_handshake_is_cut_off() {
                 && after < std::time::Duration::from_secs(6),
             "direct={direct}: cut off after {after:?}"
         );
+    }
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_tls_readers_get_backpressure_not_buffers() {
+    // Clients that pipeline 30 one-megabyte replies over TLS and read none: the server must
+    // hold about one reply per client (its output cap and rustls' 64 KiB record buffer), not
+    // 30, and must go on serving others; a client that finally reads gets every byte.
+    let certs = Certs::new("slow", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let rw = certs.start(&["--shards", "1"]);
+    const REPLIES: usize = 30;
+    const REPLY_BYTES: usize = 1_000_000;
+    let sql = format!("select repeat('x', {REPLY_BYTES})");
+    let mut stalled = Vec::new();
+    let before = rss_kib(rw.pid());
+    for _ in 0..4 {
+        let mut tls = direct_tls(&certs, rw.port, &[b"postgresql"]).await.unwrap();
+        tls.write_all(&startup_message()).await.unwrap();
+        assert_eq!(
+            read_messages(&mut tls).await.last().map(|m| m.0),
+            Some(b'Z')
+        );
+        let mut batch = Vec::new();
+        for _ in 0..REPLIES {
+            batch.extend_from_slice(&simple_query(&sql));
+        }
+        tls.write_all(&batch).await.unwrap();
+        stalled.push(tls);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let grown_mib = rss_kib(rw.pid()).saturating_sub(before) / 1024;
+    eprintln!("RSS grew {grown_mib} MiB with 4 stalled TLS readers");
+    assert!(
+        grown_mib < 60,
+        "RSS grew {grown_mib} MiB for 4 TLS clients that do not read (unbounded would be ~120)"
+    );
+    // A bystander over TLS is served meanwhile.
+    let mut bystander = direct_tls(&certs, rw.port, &[b"postgresql"]).await.unwrap();
+    bystander.write_all(&startup_message()).await.unwrap();
+    read_messages(&mut bystander).await;
+    bystander
+        .write_all(&simple_query("select 1"))
+        .await
+        .unwrap();
+    let replies = read_messages(&mut bystander).await;
+    assert!(replies.iter().any(|m| m.0 == b'D'), "{replies:?}");
+    // Every reply arrives whole.
+    let mut first = stalled.remove(0);
+    for i in 0..REPLIES {
+        let replies = read_messages(&mut first).await;
+        let row = replies
+            .iter()
+            .find(|m| m.0 == b'D')
+            .unwrap_or_else(|| panic!("reply {i}: no DataRow"));
+        // DataRow: column count (2), value length (4), value.
+        assert_eq!(row.1.len(), 2 + 4 + REPLY_BYTES, "reply {i}");
     }
 }
 
