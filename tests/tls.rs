@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use common::wire::{self, read_messages, simple_query};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
@@ -192,7 +193,7 @@ fn hostssl_and_hostnossl_rules_tell_tls_from_plaintext() {
     let hba = certs.dir.join("hba.conf");
     std::fs::write(
         &hba,
-        "hostssl all all 127.0.0.1/32 trust\nhostnossl all tls_only all reject\nhostnossl all all all trust\n",
+        "hostssl all tls_only 127.0.0.1/32 trust\nhostnossl all tls_only all reject\nhostnossl all all all trust\n",
     )
     .unwrap();
     let hba = hba.to_str().unwrap().to_string();
@@ -211,13 +212,165 @@ fn hostssl_and_hostnossl_rules_tell_tls_from_plaintext() {
         stderr.contains("pg_hba.conf rejects connection for host \"127.0.0.1\", user \"tls_only\", database \"postgres\", no encryption"),
         "{stderr}"
     );
-    assert!(
+    let anyone = |mode: &str| {
         psql(
-            &format!("host=127.0.0.1 port={port} user=anyone dbname=postgres sslmode=disable"),
-            "select 1"
+            &format!("host=127.0.0.1 port={port} user=anyone dbname=postgres sslmode={mode}"),
+            "select 1",
         )
-        .0
+    };
+    assert!(anyone("disable").0);
+    // Over TLS no rule is left for this user: PostgreSQL's message names the encryption.
+    let (ok, _, stderr) = anyone("require");
+    assert!(!ok);
+    assert!(
+        stderr.contains("no pg_hba.conf entry for host \"127.0.0.1\", user \"anyone\", database \"postgres\", SSL encryption"),
+        "{stderr}"
     );
+}
+
+/// The `postgres` OS user's uid and gid (PostgreSQL reads its key only if it owns it).
+fn postgres_ids() -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+/// psql's outcome with the port numbers blanked: "ok" or the error text.
+fn outcome(conninfo: &str) -> String {
+    let (ok, stdout, stderr) = psql(conninfo, "select 1");
+    if ok {
+        assert_eq!(stdout, "1");
+        return "ok".into();
+    }
+    stderr
+        .split_whitespace()
+        .map(|w| {
+            if w.trim_end_matches(',').parse::<u16>().is_ok() {
+                "PORT"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_rules_and_channel_binding_match_postgres() {
+    let certs = Certs::new("vs-pg", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let (uid, gid) = postgres_ids();
+    for f in ["server.pem", "server.key"] {
+        std::os::unix::fs::chown(certs.dir.join(f), Some(uid), Some(gid)).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        certs.dir.join("server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let rules = "hostssl all tls_only 127.0.0.1/32 trust\n\
+                 hostnossl all tls_only all reject\n\
+                 hostssl all alice 127.0.0.1/32 scram-sha-256\n\
+                 hostnossl all alice all scram-sha-256\n\
+                 hostnossl all all all trust\n";
+    let hba = certs.dir.join("hba.conf");
+    std::fs::write(&hba, rules).unwrap();
+    std::fs::set_permissions(&hba, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let pg = Postgres::start();
+    let (admin, connection) =
+        tokio_postgres::connect(&pg.connection_string(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    for sql in [
+        format!(
+            "alter system set ssl_cert_file = '{}'",
+            certs.path("server.pem")
+        ),
+        format!(
+            "alter system set ssl_key_file = '{}'",
+            certs.path("server.key")
+        ),
+        "alter system set ssl = on".to_string(),
+        format!("alter system set hba_file = '{}'", hba.display()),
+        "create role tls_only login".to_string(),
+        "create role anyone login".to_string(),
+        "create role alice login password 's3cret'".to_string(),
+    ] {
+        admin.batch_execute(&sql).await.unwrap();
+    }
+    // hba_file needs a restart in PostgreSQL; copy the rules into the file in force instead.
+    admin
+        .batch_execute("alter system reset hba_file")
+        .await
+        .unwrap();
+    let path: String = admin
+        .query_one("select current_setting('hba_file')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .batch_execute(&format!(
+            "copy (select unnest(string_to_array(pg_read_file('{}'), E'\\n'))) to '{path}'",
+            hba.display()
+        ))
+        .await
+        .unwrap();
+    admin
+        .batch_execute("select pg_reload_conf()")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+
+    let hba_arg = hba.to_str().unwrap().to_string();
+    let rw = certs.start(&["--hba-file", &hba_arg, "--user", "alice:s3cret"]);
+    let cases = [
+        "user=tls_only sslmode=require",
+        "user=tls_only sslmode=disable",
+        "user=anyone sslmode=require",
+        "user=anyone sslmode=disable",
+        "user=alice password=s3cret sslmode=require channel_binding=require",
+        "user=alice password=s3cret sslmode=disable channel_binding=require",
+        "user=alice password=wrong sslmode=require channel_binding=require",
+        "user=alice password=s3cret sslmode=require channel_binding=disable",
+        "user=alice password=s3cret sslmode=disable",
+    ];
+    let mut outcomes = Vec::new();
+    for case in cases {
+        let on = |port: u16| {
+            outcome(&format!(
+                "host=127.0.0.1 port={port} dbname=postgres {case}"
+            ))
+        };
+        let (want, got) = (on(pg.port), on(rw.port));
+        assert_eq!(got, want, "{case}");
+        outcomes.push(got);
+    }
+    // The matrix is not trivially equal: 5 connect, 4 fail in 4 different ways.
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "ok").count(),
+        5,
+        "{outcomes:#?}"
+    );
+    for (i, needle) in [
+        (1, "no encryption"),
+        (2, "SSL encryption"),
+        (5, "channel binding required, but SSL not in use"),
+        (6, "password authentication failed"),
+    ] {
+        assert!(
+            outcomes[i].contains(needle),
+            "{}: {}",
+            cases[i],
+            outcomes[i]
+        );
+    }
 }
 
 #[test]
@@ -553,6 +706,34 @@ async fn direct_tls_with_alpn_postgresql() {
     // Another protocol in ALPN: the handshake itself is refused (no_application_protocol).
     let err = direct_tls(&certs, rw.port, &[b"http/1.1"]).await.err();
     assert!(err.is_some(), "a non-postgresql ALPN was accepted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gss_request_is_declined_then_ssl_request_gets_tls() {
+    // libpq built with GSSAPI asks for GSS encryption first, then for SSL on the same socket.
+    let certs = Certs::new("gss", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let rw = certs.start(&[]);
+    let mut tcp = TcpStream::connect(("127.0.0.1", rw.port)).await.unwrap();
+    let mut answer = [0u8; 1];
+    for (code, want) in [(80877104i32, b'N'), (80877103, b'S')] {
+        let mut request = 8i32.to_be_bytes().to_vec();
+        request.extend_from_slice(&code.to_be_bytes());
+        tcp.write_all(&request).await.unwrap();
+        tokio::io::AsyncReadExt::read_exact(&mut tcp, &mut answer)
+            .await
+            .unwrap();
+        assert_eq!(answer[0], want, "answer to request code {code}");
+    }
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(&certs.ca_der, &[])));
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(&startup_message()).await.unwrap();
+    assert_eq!(
+        read_messages(&mut tls).await.last().map(|m| m.0),
+        Some(b'Z')
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
