@@ -403,6 +403,63 @@ fn tls_mode_require_refuses_plaintext_with_28000() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_requests_work_under_require_in_plaintext_and_over_tls() {
+    let certs = Certs::new("cancel", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let rw = certs.start(&["--tls-mode", "require"]);
+    // tokio-postgres sends its CancelRequest over TLS (SSLRequest, handshake, then the key).
+    let tls = pg_rustls::MakeConnect {
+        config: Arc::new(client_config(&certs.ca_der, &[])),
+        hash: pg_rustls::Hash::Sha256,
+    };
+    let conn = format!(
+        "host=localhost port={} user=postgres dbname=postgres sslmode=require",
+        rw.port
+    );
+    let (client, connection) = tokio_postgres::connect(&conn, tls.clone()).await.unwrap();
+    tokio::spawn(connection);
+    let token = client.cancel_token();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        token.cancel_query(tls).await
+    });
+    let started = std::time::Instant::now();
+    let result = client.simple_query("select pg_sleep(10)").await;
+    canceller.await.unwrap().unwrap();
+    let err = result.expect_err("the sleep must be cancelled");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let db = err.as_db_error().unwrap_or_else(|| panic!("{err:?}"));
+    assert_eq!(
+        (db.code().code(), db.message()),
+        ("57014", "canceling statement due to user request")
+    );
+    // libpq before 17 sends CancelRequest in plaintext even for a TLS session (psql on
+    // SIGINT); PostgreSQL accepts it, the 32-bit key being the secret, and so must
+    // --tls-mode require.
+    let started = std::time::Instant::now();
+    let child = Command::new("psql")
+        .args(["-X", "-A", "-t", "-d"])
+        .arg(format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=require",
+            rw.port
+        ))
+        .args(["-c", "select pg_sleep(10)"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    // SAFETY: signalling the child we spawned, by its pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("canceling statement due to user request"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
 #[test]
 fn bad_tls_settings_are_one_clear_sentence() {
     let certs = Certs::new("bad", &rcgen::PKCS_ECDSA_P256_SHA256);
