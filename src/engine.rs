@@ -1641,6 +1641,10 @@ impl Engine for Frontend {
     type Portal = Portal;
     type Message = Message;
 
+    fn timeouts(&self, session: &Session) -> shards::limits::Timeouts {
+        session.settings.timeouts()
+    }
+
     fn on_message(&self, msg: Message) {
         match msg {
             Message::StatsRequest { from, id } => {

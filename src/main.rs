@@ -38,6 +38,26 @@ struct Cli {
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
 
+    /// Connections open at once on one shard; one more is refused with FATAL 53300. Default:
+    /// only the global --max-connections.
+    #[arg(long, value_name = "N")]
+    max_connections_per_shard: Option<usize>,
+
+    /// TLS certificate chain (PEM, leaf first). With --tls-key, SSLRequest is answered `S`
+    /// and direct TLS (ALPN `postgresql`) is accepted.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<std::path::PathBuf>,
+
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<std::path::PathBuf>,
+
+    /// `allow`: TLS for clients that ask, plaintext for the others; `require`: plaintext TCP
+    /// startups are refused with 28000 (Unix-socket clients are local and exempt);
+    /// `disable`: never TLS.
+    #[arg(long, value_name = "MODE", default_value = "allow")]
+    tls_mode: shards::tls::TlsMode,
+
     /// Largest message a client may send, in bytes; a larger one ends its connection with 08P01.
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     max_message_bytes: usize,
@@ -49,7 +69,7 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = AuthArg::Trust)]
     auth: AuthArg,
 
-    /// Host-based rules instead of --auth, in pg_hba.conf syntax: `host|hostnossl|local
+    /// Host-based rules instead of --auth, in pg_hba.conf syntax: `host|hostssl|hostnossl|local
     /// DATABASE USER [ADDRESS] METHOD` per line, first match wins, no match is refused.
     /// Re-read on SIGHUP.
     #[arg(long, value_name = "FILE", conflicts_with = "auth")]
@@ -185,6 +205,12 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
         wire_floor: cli.wire_floor,
         io: choose_io(cli.io)?,
         unix_socket_dir: cli.unix_socket_dir,
+        tls: shards::tls::Tls::load(
+            cli.tls_mode,
+            cli.tls_cert.as_deref(),
+            cli.tls_key.as_deref(),
+        )?,
+        max_connections_per_shard: cli.max_connections_per_shard,
     })
 }
 
@@ -297,6 +323,11 @@ fn main() -> ExitCode {
     if let Some(path) = &listeners.unix_path {
         log::info!("also listening on {}", path.display());
     }
+    log::info!(
+        "TLS {} (--tls-mode {:?})",
+        if config.tls.enabled() { "on" } else { "off" },
+        config.tls.mode
+    );
     let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
     match shards::runtime::run(config, listeners, move |mesh| {
         Frontend::new(mesh, shared.clone())

@@ -268,6 +268,9 @@ pub struct Settings {
     text: TextContext,
     /// `transaction_isolation` as the engine reads it per statement (no string compare).
     isolation: Isolation,
+    /// `statement_timeout` and `idle_in_transaction_session_timeout` in milliseconds, read by
+    /// the connection before every statement (kept current in `after_change`).
+    timeouts: shards::limits::Timeouts,
     /// Session values as they were when the current transaction first changed one, restored
     /// on rollback.
     snapshot: Option<Box<Snapshot>>,
@@ -291,8 +294,14 @@ impl Settings {
             custom: BTreeMap::new(),
             text: TextContext::default(),
             isolation: Isolation::default(),
+            timeouts: shards::limits::Timeouts::default(),
             snapshot: None,
         }
+    }
+
+    /// The session's time limits (see `shards::limits`).
+    pub fn timeouts(&self) -> shards::limits::Timeouts {
+        self.timeouts
     }
 
     pub fn text_context(&self) -> &TextContext {
@@ -399,6 +408,14 @@ impl Settings {
         let now = self.get(def.name).unwrap_or_default().to_string();
         if def.name == "TimeZone" || def.name == "extra_float_digits" {
             self.refresh_text_context();
+        }
+        if def.name == "statement_timeout" || def.name == "idle_in_transaction_session_timeout" {
+            let ms = parse_duration_ms(&now).unwrap_or(0);
+            if def.name == "statement_timeout" {
+                self.timeouts.statement_ms = ms;
+            } else {
+                self.timeouts.idle_in_transaction_ms = ms;
+            }
         }
         if def.name.ends_with("transaction_isolation") {
             self.isolation = match self.get("transaction_isolation") {

@@ -49,6 +49,7 @@ impl SqlState {
     pub const UNIQUE_VIOLATION: SqlState = SqlState(*b"23505");
     pub const NOT_NULL_VIOLATION: SqlState = SqlState(*b"23502");
     pub const QUERY_CANCELED: SqlState = SqlState(*b"57014");
+    pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: SqlState = SqlState(*b"25P03");
     pub const ADMIN_SHUTDOWN: SqlState = SqlState(*b"57P01");
     pub const TOO_MANY_CONNECTIONS: SqlState = SqlState(*b"53300");
     pub const OUT_OF_MEMORY: SqlState = SqlState(*b"53200");

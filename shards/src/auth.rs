@@ -38,7 +38,8 @@ use crate::uring::Peer;
 
 use hba::Origin;
 pub use hba::{Hba, Method};
-use scram::{ChannelBinding, Outcome, ScramServer, SERVER_NONCE_BYTES};
+pub(crate) use scram::ChannelBinding;
+use scram::{Outcome, ScramServer, SCRAM_SHA_256_PLUS, SERVER_NONCE_BYTES};
 pub use secret::{ScramVerifier, Secret};
 
 /// PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH: the largest password or SASL message accepted.
@@ -236,6 +237,8 @@ pub(crate) struct Client<'a> {
     pub database: &'a str,
     /// None only if the socket could not tell (it was already closed).
     pub peer: Option<Peer>,
+    /// What TLS the connection runs over: `Unavailable` for plaintext.
+    pub binding: ChannelBinding,
 }
 
 /// Run the authentication the rules ask for. `startup_len` bytes at the front of `rbuf` are the
@@ -252,17 +255,25 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<(), End> {
     let store = &shard.config.auth;
     let tables = store.tables();
+    let tls = client.binding != ChannelBinding::Unavailable;
     let origin = match client.peer {
+        Some(Peer::Tcp(addr)) if tls => Origin::Tls(Some(hba::canonical(addr.ip()))),
         Some(Peer::Tcp(addr)) => Origin::Tcp(Some(hba::canonical(addr.ip()))),
         Some(Peer::Unix) => Origin::Unix,
+        None if tls => Origin::Tls(None),
         None => Origin::Tcp(None),
     };
     let who = || {
         format!(
-            "host \"{}\", user \"{}\", database \"{}\", no encryption",
+            "host \"{}\", user \"{}\", database \"{}\", {}",
             origin.host(),
             client.user,
-            client.database
+            client.database,
+            if tls {
+                "SSL encryption"
+            } else {
+                "no encryption"
+            }
         )
     };
     let Some(rule) = tables.hba.find(origin, client.database, client.user) else {
@@ -328,8 +339,7 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                 // Unknown user, or an md5 secret SCRAM cannot use: a full exchange, then 28P01.
                 _ => (ScramVerifier::mock(user, &store.mock_key), true),
             };
-            io.scram(ChannelBinding::Unavailable, verifier, doomed)
-                .await?
+            io.scram(client.binding, verifier, doomed).await?
         }
     };
     if passed {
@@ -385,6 +395,7 @@ struct AuthIo<'a, S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> AuthIo<'_, S> {
     async fn send(&mut self) -> Result<(), End> {
         self.stream.write_all(self.out).await?;
+        self.stream.flush().await?;
         self.out.clear();
         Ok(())
     }
@@ -475,24 +486,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthIo<'_, S> {
                 expect_sasl(tag)?;
                 let initial = SaslInitialResponse::parse(body)?;
                 ScramServer::check_mechanism(binding, initial.mechanism)?;
+                let plus = initial.mechanism == SCRAM_SHA_256_PLUS;
                 initial
                     .data
                     .map(|first| {
-                        ScramServer::start(binding, verifier.clone(), doomed, first, nonce)
+                        ScramServer::start(binding, plus, verifier.clone(), doomed, first, nonce)
                     })
                     .transpose()
+                    .map(|started| started.ok_or(plus))
             })
             .await?;
         let (server, server_first) = match started {
-            Some(started) => started,
-            None => {
+            Ok(started) => started,
+            Err(plus) => {
                 // No initial response in SASLInitialResponse: ask for it with an empty
                 // challenge, as PostgreSQL does.
                 backend::write_auth_sasl_continue(self.out, b"");
                 self.send().await?;
                 self.next_message(|tag, body| {
                     expect_sasl(tag)?;
-                    ScramServer::start(binding, verifier, doomed, body, nonce)
+                    ScramServer::start(binding, plus, verifier, doomed, body, nonce)
                 })
                 .await?
             }

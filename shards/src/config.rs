@@ -48,6 +48,11 @@ pub struct ServerConfig {
     pub io: IoMode,
     /// Also listen on the Unix-domain socket `DIR/.s.PGSQL.<port>`, as PostgreSQL does.
     pub unix_socket_dir: Option<std::path::PathBuf>,
+    /// `--tls-cert`/`--tls-key`/`--tls-mode`, loaded and checked at startup.
+    pub tls: crate::tls::Tls,
+    /// Connections open at once on one shard (None: only the global limit); one more gets
+    /// FATAL 53300 like the global limit.
+    pub max_connections_per_shard: Option<usize>,
 }
 
 /// The socket path under the connection state machine.
@@ -72,6 +77,8 @@ impl Default for ServerConfig {
             wire_floor: false,
             io: IoMode::Uring,
             unix_socket_dir: None,
+            tls: crate::tls::Tls::default(),
+            max_connections_per_shard: None,
         }
     }
 }
@@ -95,6 +102,9 @@ impl ServerConfig {
         }
         if self.max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
+        }
+        if self.max_connections_per_shard == Some(0) {
+            return Err("--max-connections-per-shard must be at least 1".into());
         }
         if self.max_message_bytes < 1024 {
             return Err(format!(

@@ -6,7 +6,8 @@
 //! write), or earlier if `out` grows past [`FLUSH_BYTES`]. The transport is any
 //! `AsyncRead + AsyncWrite`, so the io_uring path can replace glommio's stream underneath.
 //!
-//! States: `startup` (startup packet, SSL/GSS negotiation answered `N`, cancel requests) →
+//! States: `tls::negotiate` (with TLS on: SSLRequest answered `S` and the handshake, or
+//! direct TLS) → `startup` (startup packet, SSL/GSS negotiation answered `N`, cancel requests) →
 //! `authenticate` (in `crate::auth`) → ready ⇄ in-query, with the transaction status
 //! `I`/`T`/`E` in `Conn::tx` and `skip_until_sync` after an error in the extended protocol.
 
@@ -22,9 +23,11 @@ use protocol::frontend::{self, FrontendMessage, StartupRequest, Target};
 use protocol::wire::{frame_bytes_needed, split_frame};
 use protocol::{PgError, Severity, SqlState};
 
-use crate::auth::{authenticate, Client};
+use crate::auth::{authenticate, ChannelBinding, Client};
 use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
+use crate::limits;
 use crate::shard::Shard;
+use crate::tls::{self, Transport};
 use crate::uring::Peer;
 
 /// COPY FROM STDIN data is collected before it is parsed and applied; this bounds what one
@@ -72,7 +75,7 @@ impl ReadBuf {
         self.consume(n);
     }
 
-    fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         debug_assert!(
             self.start + n <= self.end,
             "consumed more than was buffered"
@@ -138,15 +141,35 @@ impl From<io::Error> for End {
 /// is an [`End`]. `peer` is the client's address, for the host-based auth rules.
 pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     shard: Rc<Shard<E>>,
-    mut stream: S,
+    stream: S,
     peer: Option<Peer>,
     over_limit: bool,
 ) -> End {
     let mut rbuf = ReadBuf::new();
     let mut out = Vec::with_capacity(READ_BUF_BYTES);
     let timeout = shard.config.startup_timeout;
+    let mut stream = Transport::Plain(stream);
+    // The timeout covers the TLS handshake too: a client that stalls in it is cut off alike.
     let started = futures_lite::future::or(
-        async { Some(startup(&shard, &mut stream, &mut rbuf, &mut out, peer, over_limit).await) },
+        async {
+            let binding =
+                match tls::negotiate(&shard.config.tls, &mut stream, &mut rbuf, peer).await {
+                    Ok(binding) => binding,
+                    Err(end) => return Some(Err(end)),
+                };
+            Some(
+                startup(
+                    &shard,
+                    &mut stream,
+                    &mut rbuf,
+                    &mut out,
+                    peer,
+                    binding,
+                    over_limit,
+                )
+                .await,
+            )
+        },
         async {
             crate::time::sleep(timeout).await;
             None
@@ -158,7 +181,7 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         Some(Err(End::Fatal(e))) => {
             out.clear();
             backend::write_error(&mut out, &e);
-            let _ = stream.write_all(&out).await;
+            let _ = flush(&mut stream, &mut out).await;
             return End::Fatal(e);
         }
         Some(Err(end)) => return end,
@@ -169,7 +192,7 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
             );
             out.clear();
             backend::write_error(&mut out, &e);
-            let _ = stream.write_all(&out).await;
+            let _ = flush(&mut stream, &mut out).await;
             return End::Fatal(e);
         }
     };
@@ -186,6 +209,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     rbuf: &mut ReadBuf,
     out: &mut Vec<u8>,
     peer: Option<Peer>,
+    binding: ChannelBinding,
     over_limit: bool,
 ) -> Result<Conn<E>, End> {
     let (session, info) = loop {
@@ -261,6 +285,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                     user: &info.user,
                     database: &info.database,
                     peer,
+                    binding,
                 };
                 authenticate(shard, stream, rbuf, out, &client, n).await?;
                 // The StartupMessage is still at the front of rbuf (authentication read past it
@@ -436,10 +461,23 @@ impl<E: Engine> Conn<E> {
             }
             rbuf.shrink_if_idle();
             let want = frame_bytes_needed(rbuf.data()).unwrap_or(5);
-            match rbuf.fill(stream, want).await {
-                Ok(true) => {}
-                Ok(false) => return End::ClientClosed,
-                Err(e) => return End::Io(e),
+            let idle_limit_ms = match self.tx {
+                TransactionStatus::Idle => 0,
+                _ => {
+                    self.shard
+                        .engine
+                        .timeouts(&self.session)
+                        .idle_in_transaction_ms
+                }
+            };
+            match limits::unless_idle_too_long(rbuf.fill(stream, want), idle_limit_ms).await {
+                Some(Ok(true)) => {}
+                Some(Ok(false)) => return End::ClientClosed,
+                Some(Err(e)) => return End::Io(e),
+                None => {
+                    let e = limits::idle_in_transaction_timeout();
+                    return self.fatal(stream, &mut out, e).await;
+                }
             }
         }
     }
@@ -587,7 +625,11 @@ impl<E: Engine> Conn<E> {
                 self.statements.remove("");
                 self.portals.remove("");
                 self.cancel.reset();
-                match engine.simple_query(&mut cx!(self, out), sql).await {
+                let timeout_ms = engine.timeouts(&self.session).statement_ms;
+                let cancel = &self.cancel;
+                let mut cx = cx!(self, out);
+                let query = engine.simple_query(&mut cx, sql);
+                match limits::with_statement_timeout(query, timeout_ms, cancel).await {
                     // COPY FROM STDIN: ReadyForQuery waits until the data is in.
                     Ok(()) if self.copy_in_started => {
                         self.copy_in_started = false;
@@ -660,6 +702,7 @@ impl<E: Engine> Conn<E> {
                     return Ok(Flow::Continue);
                 };
                 self.cancel.reset();
+                let timeout_ms = engine.timeouts(&self.session).statement_ms;
                 let max_rows = if max_rows <= 0 { 0 } else { max_rows as u32 };
                 let mut cx = Cx {
                     session: &mut self.session,
@@ -672,7 +715,8 @@ impl<E: Engine> Conn<E> {
                     close_all_portals: &mut self.close_all_portals,
                     copy_in: &mut self.copy_in_started,
                 };
-                match engine.execute(&mut cx, p, max_rows).await {
+                let execution = engine.execute(&mut cx, p, max_rows);
+                match limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await {
                     Ok(Execution::Complete) => {}
                     Ok(Execution::Suspended) => backend::write_portal_suspended(out),
                     Err(e) if e.severity == Severity::Fatal => return Err(e),
@@ -751,5 +795,7 @@ async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> io::
     }
     let r = stream.write_all(out).await;
     out.clear();
-    r
+    r?;
+    // Over TLS the last record may still sit in rustls; plaintext streams return at once.
+    stream.flush().await
 }

@@ -141,6 +141,13 @@ pub trait Engine: 'static {
     /// statements before it stay in `cx.out`.
     async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError>;
 
+    /// The session's `statement_timeout` and `idle_in_transaction_session_timeout`, read
+    /// before every statement and every wait for the client inside a transaction: keep it a
+    /// field read. The default is no limits.
+    fn timeouts(&self, _session: &Self::Session) -> crate::limits::Timeouts {
+        crate::limits::Timeouts::default()
+    }
+
     /// Plan a Parse message. The statement is shared: an engine may hand the same one to many
     /// connections (a plan cache), so it is immutable once built.
     fn parse(
@@ -199,6 +206,8 @@ pub trait Engine: 'static {
 #[derive(Default)]
 pub struct CancelToken {
     cancelled: Cell<bool>,
+    /// The cancel came from `statement_timeout`, not a CancelRequest: a different message.
+    timed_out: Cell<bool>,
     waker: Cell<Option<Waker>>,
 }
 
@@ -210,9 +219,25 @@ impl CancelToken {
         }
     }
 
+    /// Cancel because `statement_timeout` elapsed (see `crate::limits`).
+    pub fn cancel_for_timeout(&self) {
+        self.timed_out.set(true);
+        self.cancel();
+    }
+
     /// Forget a cancel that arrived while no statement was running (PostgreSQL ignores those).
     pub fn reset(&self) {
         self.cancelled.set(false);
+        self.timed_out.set(false);
+    }
+
+    /// The error a cancelled statement ends with: 57014, with the reason in the message.
+    fn error(&self) -> PgError {
+        if self.timed_out.get() {
+            crate::limits::statement_timeout()
+        } else {
+            query_canceled()
+        }
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -222,7 +247,7 @@ impl CancelToken {
     /// Err(57014) if the running statement was cancelled.
     pub fn check(&self) -> Result<(), PgError> {
         if self.cancelled.get() {
-            Err(query_canceled())
+            Err(self.error())
         } else {
             Ok(())
         }
@@ -256,7 +281,7 @@ impl Future for CancellableSleep<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if self.token.is_cancelled() {
-            return Poll::Ready(Err(query_canceled()));
+            return Poll::Ready(Err(self.token.error()));
         }
         self.token.waker.set(Some(cx.waker().clone()));
         match Pin::new(&mut self.timer).poll(cx) {

@@ -9,8 +9,10 @@
 //! - [`auth`]: host-based rules, users' SCRAM/md5 secrets, the authentication exchanges;
 //!   the tables are one `Arc` snapshot per connection, swapped whole on SIGHUP.
 //! - [`engine`]: the [`engine::Engine`] trait the SQL side implements.
+//! - [`limits`]: `statement_timeout` and `idle_in_transaction_session_timeout`.
 //! - [`uring`]: the shard's own io_uring socket path (the default); [`time`]: timers that
 //!   work on both paths.
+//! - [`tls`]: SSLRequest/direct TLS negotiation and the plain-or-TLS stream under `conn`.
 //!
 //! What crosses cores: only CancelRequests (over flume channels, to the shard whose id is in
 //! the process id) and the connection count (one atomic add per connect).
@@ -19,9 +21,11 @@ pub mod auth;
 pub mod config;
 mod conn;
 pub mod engine;
+pub mod limits;
 pub mod runtime;
 mod shard;
 pub mod time;
+pub mod tls;
 pub mod uring;
 
 pub use shard::shard_of_process_id;

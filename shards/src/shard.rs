@@ -38,6 +38,8 @@ pub(crate) struct Shard<E: Engine> {
     bells: Arc<Vec<Arc<Doorbell>>>,
     next_serial: Cell<u32>,
     pub open_connections: Arc<AtomicUsize>,
+    /// Connections open on this shard, for `max_connections_per_shard`.
+    open_here: Cell<usize>,
     /// With `ServerConfig::wire_floor`: the prebuilt reply to every Query.
     pub wire_floor_reply: Option<Vec<u8>>,
 }
@@ -65,6 +67,7 @@ impl<E: Engine> Shard<E> {
             bells,
             next_serial: Cell::new(1),
             open_connections,
+            open_here: Cell::new(0),
         }
     }
 
@@ -127,13 +130,22 @@ impl<E: Engine> Shard<E> {
         }
     }
 
+    /// Count a new connection; false if it is over the global or this shard's limit (it is
+    /// counted all the same, and must be closed with [`Shard::connection_closed`]).
     pub fn connection_opened(&self) -> bool {
         let before = self.open_connections.fetch_add(1, Ordering::Relaxed);
+        let here = self.open_here.get();
+        self.open_here.set(here + 1);
         before < self.config.max_connections
+            && self
+                .config
+                .max_connections_per_shard
+                .is_none_or(|limit| here < limit)
     }
 
     pub fn connection_closed(&self) {
         self.open_connections.fetch_sub(1, Ordering::Relaxed);
+        self.open_here.set(self.open_here.get() - 1);
     }
 }
 

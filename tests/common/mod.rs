@@ -4,3 +4,4 @@
 pub mod pgbench;
 pub mod postgres;
 pub mod ringwire;
+pub mod wire;

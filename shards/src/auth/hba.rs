@@ -2,9 +2,9 @@
 //! from an address, for a database and user, must pass. First match wins; no match is a
 //! refusal.
 //!
-//! Supported: connection types `local` (Unix-domain socket clients), `host`, `hostnossl`,
-//! `hostnogssenc` (all TCP connections match: ringwire has no TLS or GSS encryption yet),
-//! `hostssl` and `hostgssenc` (parsed, never match until TLS/GSS exist); database lists with
+//! Supported: connection types `local` (Unix-domain socket clients), `host` (any TCP
+//! connection), `hostssl` (TCP over TLS), `hostnossl` (plaintext TCP), `hostnogssenc` (any
+//! TCP: ringwire has no GSS encryption) and `hostgssenc` (parsed, never matches); database lists with
 //! `all`, `sameuser`, `samerole` (= `sameuser`: ringwire has no role membership),
 //! `replication` (never matches) and names; user lists with `all` and names; double quotes
 //! as in PostgreSQL (a quoted keyword is a plain name); addresses `all`, `ADDR/BITS` and
@@ -83,9 +83,11 @@ enum ConnType {
 /// Where a connection comes from, as the rules see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
-    /// Plaintext TCP (ringwire has no TLS yet). The address is `None` only when the socket
-    /// could not tell; such a client matches only rules whose address is `all`.
+    /// Plaintext TCP. The address is `None` only when the socket could not tell; such a
+    /// client matches only rules whose address is `all`.
     Tcp(Option<IpAddr>),
+    /// TCP with TLS: `host` and `hostssl` rules.
+    Tls(Option<IpAddr>),
     /// A Unix-domain socket: `local` rules.
     Unix,
 }
@@ -94,8 +96,8 @@ impl Origin {
     /// The host as PostgreSQL names it in its messages.
     pub fn host(self) -> String {
         match self {
-            Origin::Tcp(Some(addr)) => addr.to_string(),
-            Origin::Tcp(None) => "[unknown]".into(),
+            Origin::Tcp(Some(addr)) | Origin::Tls(Some(addr)) => addr.to_string(),
+            Origin::Tcp(None) | Origin::Tls(None) => "[unknown]".into(),
             Origin::Unix => "[local]".into(),
         }
     }
@@ -106,7 +108,8 @@ impl ConnType {
         match (self, origin) {
             (ConnType::Local, Origin::Unix) => true,
             (ConnType::Host | ConnType::HostNoSsl | ConnType::HostNoGssEnc, Origin::Tcp(_)) => true,
-            // No TLS or GSS encryption yet: hostssl and hostgssenc never match.
+            (ConnType::Host | ConnType::HostSsl | ConnType::HostNoGssEnc, Origin::Tls(_)) => true,
+            // No GSS encryption: hostgssenc never matches.
             _ => false,
         }
     }
@@ -142,12 +145,16 @@ enum AddressMatch {
 
 impl AddressMatch {
     fn matches(self, origin: Origin) -> bool {
-        match (self, origin) {
+        let addr = match origin {
+            Origin::Tcp(addr) | Origin::Tls(addr) => addr,
+            Origin::Unix => None,
+        };
+        match (self, addr) {
             (AddressMatch::All, _) => true,
-            (AddressMatch::V4 { net, mask }, Origin::Tcp(Some(IpAddr::V4(a)))) => {
+            (AddressMatch::V4 { net, mask }, Some(IpAddr::V4(a))) => {
                 (u32::from(a) ^ net) & mask == 0
             }
-            (AddressMatch::V6 { net, mask }, Origin::Tcp(Some(IpAddr::V6(a)))) => {
+            (AddressMatch::V6 { net, mask }, Some(IpAddr::V6(a))) => {
                 (u128::from(a) ^ net) & mask == 0
             }
             _ => false,
@@ -216,6 +223,7 @@ impl Hba {
     pub fn find(&self, origin: Origin, database: &str, user: &str) -> Option<&Rule> {
         let origin = match origin {
             Origin::Tcp(addr) => Origin::Tcp(addr.map(canonical)),
+            Origin::Tls(addr) => Origin::Tls(addr.map(canonical)),
             Origin::Unix => Origin::Unix,
         };
         self.rules.iter().find(|r| {
@@ -538,6 +546,25 @@ mod tests {
             all.find(Origin::Unix, "a", "b").unwrap().method,
             Method::Md5
         );
+        // hostssl rules only for TLS clients, hostnossl only for plaintext ones; host for both.
+        let tls = Origin::Tls(Some("10.2.3.4".parse().unwrap()));
+        assert_eq!(hba.find(tls, "app", "bob").unwrap().method, Method::Trust);
+        let no_ssl = Hba::parse(
+            "hostnossl all all all reject
+host all all all md5",
+        )
+        .unwrap();
+        assert_eq!(no_ssl.find(tls, "a", "b").unwrap().method, Method::Md5);
+        assert_eq!(
+            no_ssl.find(tcp("10.2.3.4"), "a", "b").unwrap().method,
+            Method::Reject
+        );
+        let v6_rule = Hba::parse("hostssl all all ::1/128 trust").unwrap();
+        assert_eq!(v6_rule.find(tls, "a", "b"), None);
+        assert!(v6_rule
+            .find(Origin::Tls(Some("::1".parse().unwrap())), "a", "b")
+            .is_some());
+        assert_eq!(v6_rule.find(tcp("::1"), "a", "b"), None);
         let tcp_only = Hba::parse("host all all all trust").unwrap();
         assert_eq!(tcp_only.find(Origin::Unix, "a", "b"), None);
         assert_eq!(Origin::Unix.host(), "[local]");

@@ -6,12 +6,15 @@
 //! against a mock verifier, and fails only at the proof; errors are PostgreSQL's, word for
 //! word, with its SQLSTATEs.
 //!
-//! Channel binding: without TLS only `SCRAM-SHA-256` is offered, and the GS2 headers `n,,`
-//! ("client does not support binding") and `y,,` ("client supports it, thinks the server does
-//! not") are accepted, `p=` is refused. TLS will add `SCRAM-SHA-256-PLUS` with
-//! `tls-server-end-point`: a [`ChannelBinding::TlsServerEndPoint`] variant carrying the
-//! certificate hash, offered by [`ChannelBinding::mechanisms`], checked in `read_client_final`
-//! and refusing `y` (downgrade detection) in `read_client_first`.
+//! Channel binding, as PostgreSQL's `auth-scram.c` does it: without TLS only `SCRAM-SHA-256` is
+//! offered, and the GS2 headers `n,,` ("client does not support binding") and `y,,` ("client
+//! supports it, thinks the server does not") are accepted, `p=` is refused. Over TLS
+//! `SCRAM-SHA-256-PLUS` is offered first, with `tls-server-end-point` (RFC 5929: the hash of
+//! the server's certificate, which the client checks against the certificate it saw, so a
+//! man in the middle with another certificate fails). Then `p=tls-server-end-point` must come
+//! with PLUS and the client-final-message must carry the hash; `n,,` with plain SCRAM-SHA-256
+//! is accepted; `y,,` is refused with 28000 (the client was made to believe there is no
+//! binding: a downgrade).
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -20,14 +23,20 @@ use protocol::{PgError, SqlState};
 use super::secret::{constant_time_eq, hmac, sha256, Key, ScramVerifier, SCRAM_KEY_BYTES};
 
 pub const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
+pub const SCRAM_SHA_256_PLUS: &str = "SCRAM-SHA-256-PLUS";
+/// The GS2 header of a client binding to the certificate; the client-final-message's `c=`
+/// is the base64 of this header followed by the certificate hash.
+const END_POINT_GS2_HEADER: &[u8] = b"p=tls-server-end-point,,";
 /// PostgreSQL's SCRAM_RAW_NONCE_LEN: random bytes in the server's part of the nonce.
 pub const SERVER_NONCE_BYTES: usize = 18;
 
-/// What the transport can bind the exchange to. Only plaintext TCP exists today.
+/// What the transport can bind the exchange to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChannelBinding {
     /// No TLS: nothing to bind to.
     Unavailable,
+    /// TLS: `tls-server-end-point`, the hash of our certificate (see `crate::tls`).
+    TlsServerEndPoint(crate::tls::EndPointHash),
 }
 
 impl ChannelBinding {
@@ -35,11 +44,12 @@ impl ChannelBinding {
     pub fn mechanisms(self) -> &'static [&'static str] {
         match self {
             ChannelBinding::Unavailable => &[SCRAM_SHA_256],
+            ChannelBinding::TlsServerEndPoint(_) => &[SCRAM_SHA_256_PLUS, SCRAM_SHA_256],
         }
     }
 
     /// Whether the client's chosen mechanism is one we offered. `SCRAM-SHA-256-PLUS` is not
-    /// while there is no TLS.
+    /// without TLS.
     fn accepts(self, mechanism: &str) -> bool {
         self.mechanisms().contains(&mechanism)
     }
@@ -50,8 +60,10 @@ pub struct ScramServer {
     verifier: ScramVerifier,
     /// The exchange must fail whatever the proof (unknown user, or no SCRAM verifier).
     doomed: bool,
-    /// The GS2 channel-binding flag the client sent: `n` or `y`.
+    /// The GS2 channel-binding flag the client sent: `n`, `y` or `p`.
     cbind_flag: u8,
+    /// The certificate hash the client must repeat, when it chose SCRAM-SHA-256-PLUS.
+    bound_to: Option<crate::tls::EndPointHash>,
     /// client-first-message-bare ‖ "," ‖ server-first-message ‖ "," : the start of
     /// AuthMessage.
     auth_message_prefix: Vec<u8>,
@@ -82,9 +94,11 @@ impl ScramServer {
     }
 
     /// Read the client-first-message and build the server-first-message. `doomed` exchanges
-    /// run the same steps and fail at the end.
+    /// run the same steps and fail at the end. `plus`: the client chose SCRAM-SHA-256-PLUS
+    /// (already checked against `binding` by [`ScramServer::check_mechanism`]).
     pub fn start(
         binding: ChannelBinding,
+        plus: bool,
         verifier: ScramVerifier,
         doomed: bool,
         client_first: &[u8],
@@ -93,10 +107,22 @@ impl ScramServer {
         check_message(client_first)?;
         let mut p = Parser(client_first);
         let cbind_flag = p.peek();
+        let bound_to = match (binding, plus) {
+            (ChannelBinding::TlsServerEndPoint(hash), true) => Some(hash),
+            _ => None,
+        };
         match cbind_flag {
             b'n' | b'y' => {
-                // Once TLS exists: `y` while we offered PLUS means a downgrade, refused with
-                // 28000 "SCRAM channel binding negotiation error".
+                if bound_to.is_some() {
+                    return Err(malformed("The client selected SCRAM-SHA-256-PLUS, but the SCRAM message does not include channel binding data."));
+                }
+                if cbind_flag == b'y' && binding != ChannelBinding::Unavailable {
+                    return Err(PgError::fatal(
+                        SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                        "SCRAM channel binding negotiation error",
+                    )
+                    .with_detail("The client supports SCRAM channel binding but thinks the server does not.  However, this server does support channel binding."));
+                }
                 p.advance(1);
                 if p.peek() != b',' {
                     return Err(malformed(format!(
@@ -107,10 +133,21 @@ impl ScramServer {
                 p.advance(1);
             }
             b'p' => {
-                let _ = binding; // PLUS is never selected without TLS (see check_mechanism).
-                return Err(malformed(
-                    "The client selected SCRAM-SHA-256 without channel binding, but the SCRAM message includes channel binding data.",
-                ));
+                if bound_to.is_none() {
+                    return Err(malformed(
+                        "The client selected SCRAM-SHA-256 without channel binding, but the SCRAM message includes channel binding data.",
+                    ));
+                }
+                let kind = p.attr_value(b'p')?;
+                if kind != b"tls-server-end-point" {
+                    return Err(PgError::fatal(
+                        SqlState::PROTOCOL_VIOLATION,
+                        format!(
+                            "unsupported SCRAM channel-binding type \"{}\"",
+                            String::from_utf8_lossy(kind)
+                        ),
+                    ));
+                }
             }
             other => {
                 return Err(malformed(format!(
@@ -168,6 +205,7 @@ impl ScramServer {
             verifier,
             doomed,
             cbind_flag,
+            bound_to,
             auth_message_prefix,
             nonce,
         };
@@ -179,18 +217,30 @@ impl ScramServer {
         check_message(client_final)?;
         let mut p = Parser(client_final);
         let binding = p.attr_value(b'c')?;
-        // Without channel binding the attribute is the base64 of the GS2 header itself:
-        // "biws" = "n,,", "eSws" = "y,,", and it must repeat the flag of the first message.
-        let expected: &[u8] = if self.cbind_flag == b'n' {
-            b"biws"
+        if let Some(hash) = &self.bound_to {
+            // base64(GS2 header ‖ certificate hash): the client saw our certificate.
+            let mut input = END_POINT_GS2_HEADER.to_vec();
+            input.extend_from_slice(hash.as_bytes());
+            if !constant_time_eq(binding, BASE64.encode(input).as_bytes()) {
+                return Err(PgError::fatal(
+                    SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                    "SCRAM channel binding check failed",
+                ));
+            }
         } else {
-            b"eSws"
-        };
-        if binding != expected {
-            return Err(PgError::fatal(
-                SqlState::PROTOCOL_VIOLATION,
-                "unexpected SCRAM channel-binding attribute in client-final-message",
-            ));
+            // Without channel binding the attribute is the base64 of the GS2 header itself:
+            // "biws" = "n,,", "eSws" = "y,,", and it must repeat the flag of the first message.
+            let expected: &[u8] = if self.cbind_flag == b'n' {
+                b"biws"
+            } else {
+                b"eSws"
+            };
+            if binding != expected {
+                return Err(PgError::fatal(
+                    SqlState::PROTOCOL_VIOLATION,
+                    "unexpected SCRAM channel-binding attribute in client-final-message",
+                ));
+            }
         }
         let final_nonce = p.attr_value(b'r')?;
         // Everything before ",p=" is the AuthMessage's client-final-message-without-proof.
@@ -368,7 +418,7 @@ mod tests {
     }
 
     fn start(first: &[u8]) -> Result<(ScramServer, Vec<u8>), PgError> {
-        ScramServer::start(UNBOUND, rfc7677_verifier(), false, first, [9; 18])
+        ScramServer::start(UNBOUND, false, rfc7677_verifier(), false, first, [9; 18])
     }
 
     #[test]
@@ -382,6 +432,7 @@ mod tests {
             verifier: v,
             doomed: false,
             cbind_flag: b'n',
+            bound_to: None,
             auth_message_prefix: format!("{client_first_bare},{server_first},").into_bytes(),
             nonce: b"rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0".to_vec(),
         };
@@ -405,6 +456,7 @@ mod tests {
                 let first = format!("{flag},,n=,r=abcdefgh");
                 let (server, server_first) = ScramServer::start(
                     UNBOUND,
+                    false,
                     rfc7677_verifier(),
                     doomed,
                     first.as_bytes(),
@@ -526,5 +578,63 @@ mod tests {
             .finish(format!("c=biws,r={nonce},x=1,p={proof}").as_bytes())
             .unwrap();
         assert_eq!(outcome, Outcome::Failed);
+    }
+
+    #[test]
+    fn channel_binding_over_tls_as_postgres_checks_it() {
+        let hash = crate::tls::EndPointHash::of_certificate(b"not really DER, hashed with SHA-256");
+        assert_eq!(hash.as_bytes().len(), 32);
+        let bound = ChannelBinding::TlsServerEndPoint(hash);
+        assert_eq!(bound.mechanisms(), &[SCRAM_SHA_256_PLUS, SCRAM_SHA_256]);
+        ScramServer::check_mechanism(bound, SCRAM_SHA_256_PLUS).unwrap();
+        ScramServer::check_mechanism(bound, SCRAM_SHA_256).unwrap();
+        let begin = |plus: bool, first: &[u8]| {
+            ScramServer::start(bound, plus, rfc7677_verifier(), false, first, [9; 18])
+        };
+        // PLUS with the right hash authenticates; with another hash it is 28000.
+        let gs2 = "p=tls-server-end-point,,";
+        for (cbind_data, ok) in [(hash.as_bytes().to_vec(), true), (vec![0u8; 32], false)] {
+            let first = format!("{gs2}n=,r=abcdefgh");
+            let (server, server_first) = begin(true, first.as_bytes()).unwrap();
+            let server_first = String::from_utf8(server_first).unwrap();
+            let nonce = server_first[2..].split(',').next().unwrap();
+            let mut input = gs2.as_bytes().to_vec();
+            input.extend_from_slice(&cbind_data);
+            let prefix = format!("n=,r=abcdefgh,{server_first},");
+            let (message, signature) = client_final(
+                "pencil",
+                prefix.as_bytes(),
+                &format!("c={},r={nonce}", BASE64.encode(input)),
+            );
+            match server.finish(message.as_bytes()) {
+                Ok(outcome) => {
+                    assert!(ok);
+                    assert_eq!(outcome, Outcome::Authenticated(signature.into_bytes()));
+                }
+                Err(e) => {
+                    assert!(!ok);
+                    assert_eq!(e.code, SqlState::INVALID_AUTHORIZATION_SPECIFICATION);
+                    assert_eq!(e.message, "SCRAM channel binding check failed");
+                }
+            }
+        }
+        // `y` while the server offered PLUS: the client was told there is no binding.
+        let e = begin(false, b"y,,n=,r=a").err().unwrap();
+        assert_eq!(e.code, SqlState::INVALID_AUTHORIZATION_SPECIFICATION);
+        assert_eq!(e.message, "SCRAM channel binding negotiation error");
+        // `n` without PLUS is fine over TLS; with PLUS it is malformed.
+        begin(false, b"n,,n=,r=a").unwrap();
+        assert_eq!(
+            detail(begin(true, b"n,,n=,r=a").err().unwrap()),
+            "malformed SCRAM message / The client selected SCRAM-SHA-256-PLUS, but the SCRAM message does not include channel binding data."
+        );
+        assert_eq!(
+            detail(begin(true, b"p=tls-unique,,n=,r=a").err().unwrap()),
+            "unsupported SCRAM channel-binding type \"tls-unique\" / "
+        );
+        assert_eq!(
+            detail(begin(false, b"p=tls-server-end-point,,n=,r=a").err().unwrap()),
+            "malformed SCRAM message / The client selected SCRAM-SHA-256 without channel binding, but the SCRAM message includes channel binding data."
+        );
     }
 }

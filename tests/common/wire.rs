@@ -1,0 +1,63 @@
+//! Hand-built frontend messages and a backend-message reader, for tests that must control
+//! every byte (timeouts, direct TLS, protocol abuse) over any tokio stream.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// A StartupMessage (protocol 3.0) with these parameters.
+pub fn startup_message(params: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = 196608i32.to_be_bytes().to_vec();
+    for (k, v) in params {
+        body.extend_from_slice(k.as_bytes());
+        body.push(0);
+        body.extend_from_slice(v.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut msg = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    msg.extend_from_slice(&body);
+    msg
+}
+
+pub fn simple_query(sql: &str) -> Vec<u8> {
+    let mut msg = vec![b'Q'];
+    msg.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
+    msg.extend_from_slice(sql.as_bytes());
+    msg.push(0);
+    msg
+}
+
+/// Read backend messages until ReadyForQuery, an ErrorResponse, or the end of the stream:
+/// (tag, body) pairs.
+pub async fn read_messages<R: AsyncRead + Unpin>(stream: &mut R) -> Vec<(u8, Vec<u8>)> {
+    let mut messages = Vec::new();
+    loop {
+        let mut head = [0u8; 5];
+        if stream.read_exact(&mut head).await.is_err() {
+            return messages;
+        }
+        let len = i32::from_be_bytes(head[1..5].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len.saturating_sub(4)];
+        if stream.read_exact(&mut body).await.is_err() {
+            return messages;
+        }
+        let tag = head[0];
+        messages.push((tag, body));
+        if tag == b'Z' || tag == b'E' {
+            return messages;
+        }
+    }
+}
+
+/// A field of an ErrorResponse body: `S` severity, `C` SQLSTATE, `M` message.
+pub fn error_field(body: &[u8], field: u8) -> String {
+    body.split(|&b| b == 0)
+        .find_map(|f| f.strip_prefix(&[field]))
+        .map(|c| String::from_utf8_lossy(c).to_string())
+        .unwrap_or_default()
+}
+
+/// Whether the peer has closed: the next read returns end of stream (or a reset).
+pub async fn is_closed<R: AsyncRead + Unpin>(stream: &mut R) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.read(&mut byte).await, Ok(0) | Err(_))
+}

@@ -1,0 +1,283 @@
+//! Limits and timeouts against the real binary, with PostgreSQL 15 beside it where the
+//! behaviour is PostgreSQL's: `statement_timeout` (57014, set by SET, by startup options, shown
+//! by SHOW, undone by RESET; simple and extended protocol), `idle_in_transaction_session_timeout`
+//! (FATAL 25P03), the startup timeout against a slowloris client (plaintext and mid-TLS
+//! handshake), and the per-shard connection limit (53300, socket closed).
+//!
+//! These run on whichever socket path the binary picks (`RINGWIRE_IO=uring|glommio`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::postgres::Postgres;
+use common::ringwire::Ringwire;
+use common::wire::{self, error_field, read_messages, simple_query, startup_message};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_postgres::NoTls;
+
+async fn connect(conninfo: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {conninfo}: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+async fn alive(client: &tokio_postgres::Client) {
+    let one: i32 = client.query_one("select 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+}
+
+/// (SQLSTATE, message) of a failed statement; panics if it succeeded.
+async fn fails(client: &tokio_postgres::Client, sql: &str) -> (String, String) {
+    let err = client
+        .simple_query(sql)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{sql} succeeded"));
+    let db = err.as_db_error().unwrap_or_else(|| panic!("{sql}: {err}"));
+    (db.code().code().to_string(), db.message().to_string())
+}
+
+async fn show(client: &tokio_postgres::Client, name: &str) -> String {
+    client
+        .query_one(&format!("show {name}"), &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Everything observable about statement_timeout on one server, for comparison.
+async fn statement_timeout_story(conninfo: &str) -> Vec<String> {
+    let mut story = Vec::new();
+    let client = connect(conninfo).await;
+    story.push(show(&client, "statement_timeout").await);
+    client
+        .simple_query("set statement_timeout = '200ms'")
+        .await
+        .unwrap();
+    story.push(show(&client, "statement_timeout").await);
+    let started = Instant::now();
+    let (code, message) = fails(&client, "select pg_sleep(3)").await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_millis(2500),
+        "the timeout fired after {waited:?}"
+    );
+    story.push(format!("{code} {message}"));
+    // The session lives on, and so does the setting.
+    story.push(format!(
+        "{:?}",
+        client.simple_query("select 1").await.map(|r| r.len())
+    ));
+    // The extended protocol (Parse/Bind/Execute) is limited too.
+    let err = client
+        .query("select pg_sleep($1)", &[&3.0f64])
+        .await
+        .expect_err("extended-protocol sleep must time out");
+    let db = err.as_db_error().expect("a server error");
+    story.push(format!("extended: {} {}", db.code().code(), db.message()));
+    // A statement that finishes in time is untouched.
+    story.push(format!(
+        "{:?}",
+        client.simple_query("select pg_sleep(0.05)").await.is_ok()
+    ));
+    // Inside a transaction the failed statement aborts the block, as any error does.
+    client.simple_query("begin").await.unwrap();
+    let _ = fails(&client, "select pg_sleep(3)").await;
+    story.push(fails(&client, "select 1").await.0);
+    client.simple_query("rollback").await.unwrap();
+    client
+        .simple_query("reset statement_timeout")
+        .await
+        .unwrap();
+    story.push(show(&client, "statement_timeout").await);
+    story.push(format!(
+        "{:?}",
+        client.simple_query("select pg_sleep(0.4)").await.is_ok()
+    ));
+    // From the startup packet's options, as libpq sends `options=-c ...`.
+    let client = connect(&format!("{conninfo} options='-c statement_timeout=150'")).await;
+    story.push(show(&client, "statement_timeout").await);
+    story.push(fails(&client, "select pg_sleep(3)").await.1);
+    story
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_as_postgres_does_it() {
+    let pg = Postgres::start();
+    let rw = Ringwire::start(&[]);
+    let want = statement_timeout_story(&pg.connection_string()).await;
+    let got = statement_timeout_story(&rw.connection_string("postgres")).await;
+    assert_eq!(got, want);
+    assert_eq!(
+        want[2],
+        "57014 canceling statement due to statement timeout"
+    );
+}
+
+/// Open a raw session, set the idle-in-transaction limit, begin, and go quiet: what arrives?
+async fn idle_in_transaction_story(port: u16) -> (String, String, String, bool, Duration) {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    tcp.write_all(&startup_message(&[
+        ("user", "postgres"),
+        ("database", "postgres"),
+    ]))
+    .await
+    .unwrap();
+    let ready = read_messages(&mut tcp).await;
+    assert_eq!(ready.last().map(|m| m.0), Some(b'Z'));
+    for sql in ["set idle_in_transaction_session_timeout = '300ms'", "begin"] {
+        tcp.write_all(&simple_query(sql)).await.unwrap();
+        let replies = read_messages(&mut tcp).await;
+        assert_eq!(replies.last().map(|m| m.0), Some(b'Z'), "{sql}");
+    }
+    let started = Instant::now();
+    let unsolicited = read_messages(&mut tcp).await;
+    let waited = started.elapsed();
+    assert_eq!(unsolicited.len(), 1, "{unsolicited:?}");
+    let body = &unsolicited[0].1;
+    (
+        error_field(body, b'S'),
+        error_field(body, b'C'),
+        error_field(body, b'M'),
+        wire::is_closed(&mut tcp).await,
+        waited,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_in_transaction_session_timeout_as_postgres_does_it() {
+    let pg = Postgres::start();
+    let rw = Ringwire::start(&[]);
+    let want = idle_in_transaction_story(pg.port).await;
+    let got = idle_in_transaction_story(rw.port).await;
+    assert_eq!(
+        (&got.0, &got.1, &got.2, got.3),
+        (&want.0, &want.1, &want.2, want.3)
+    );
+    assert_eq!(
+        (got.0.as_str(), got.1.as_str(), got.2.as_str(), got.3),
+        (
+            "FATAL",
+            "25P03",
+            "terminating connection due to idle-in-transaction timeout",
+            true
+        )
+    );
+    assert!(
+        got.4 >= Duration::from_millis(250) && got.4 < Duration::from_secs(3),
+        "{:?}",
+        got.4
+    );
+    // Outside a transaction an idle session is left alone.
+    let client = connect(&rw.connection_string("postgres")).await;
+    client
+        .simple_query("set idle_in_transaction_session_timeout = 100")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    alive(&client).await;
+}
+
+/// Send `bytes` one per `gap`, stopping when the server hangs up.
+async fn trickle<W: tokio::io::AsyncWrite + Unpin>(wr: &mut W, bytes: &[u8], gap: Duration) {
+    let started = Instant::now();
+    for b in bytes {
+        if wr.write_all(&[*b]).await.is_err() || started.elapsed() > Duration::from_secs(20) {
+            return;
+        }
+        tokio::time::sleep(gap).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_clients_are_cut_off_at_the_startup_timeout() {
+    let rw = Ringwire::start(&["--startup-timeout-secs", "2"]);
+    // A startup packet at one byte every 300 ms would take ~12 s: cut off at 2 s.
+    let packet = startup_message(&[("user", "postgres"), ("database", "postgres")]);
+    let tcp = TcpStream::connect(("127.0.0.1", rw.port)).await.unwrap();
+    let started = Instant::now();
+    let (mut rd, mut wr) = tcp.into_split();
+    let reader = tokio::spawn(async move {
+        let messages = read_messages(&mut rd).await;
+        (messages, started.elapsed(), wire::is_closed(&mut rd).await)
+    });
+    // Meanwhile, ordinary clients are served.
+    let client = connect(&rw.connection_string("postgres")).await;
+    alive(&client).await;
+    trickle(&mut wr, &packet, Duration::from_millis(300)).await;
+    let (messages, after, closed) = reader.await.unwrap();
+    assert!(
+        after >= Duration::from_millis(1800) && after < Duration::from_secs(6),
+        "cut off after {after:?}"
+    );
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(error_field(&messages[0].1, b'C'), "08006");
+    assert_eq!(
+        error_field(&messages[0].1, b'M'),
+        "canceling authentication due to timeout"
+    );
+    assert!(closed);
+    alive(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_shard_connection_limit_is_53300_and_a_closed_socket() {
+    let rw = Ringwire::start(&[
+        "--shards",
+        "1",
+        "--max-connections",
+        "100",
+        "--max-connections-per-shard",
+        "2",
+    ]);
+    let conninfo = rw.connection_string("postgres");
+    let mut clients = vec![connect(&conninfo).await, connect(&conninfo).await];
+    // The third, raw: FATAL 53300, then the server closes the socket.
+    let mut tcp = TcpStream::connect(("127.0.0.1", rw.port)).await.unwrap();
+    tcp.write_all(&startup_message(&[("user", "postgres")]))
+        .await
+        .unwrap();
+    let messages = read_messages(&mut tcp).await;
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let body = &messages[0].1;
+    assert_eq!(
+        (error_field(body, b'S'), error_field(body, b'C')),
+        ("FATAL".to_string(), "53300".to_string())
+    );
+    assert_eq!(error_field(body, b'M'), "sorry, too many clients already");
+    assert!(wire::is_closed(&mut tcp).await);
+    // A freed slot is usable again.
+    drop(clients.pop());
+    let mut reopened = None;
+    for _ in 0..50 {
+        if let Ok((client, c)) = tokio_postgres::connect(&conninfo, NoTls).await {
+            tokio::spawn(c);
+            reopened = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reopened = reopened.expect("a freed slot was never reusable");
+    alive(&reopened).await;
+    alive(&clients[0]).await;
+}
+
+#[test]
+fn a_zero_per_shard_limit_is_a_startup_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringwire"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--max-connections-per-shard",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--max-connections-per-shard must be at least 1"));
+}
