@@ -2,7 +2,7 @@
 """Soak ringwire with 1,000+ concurrent connections of mixed clients, on loopback, for a bounded
 time, and report whether the well-behaved ones were unharmed.
 
-    python3 scripts/soak.py [--seconds 120] [--binary PATH] [--json out.json]
+    python3 scripts/soak.py [--seconds 120] [--rounds 1] [--binary PATH] [--json out.json]
 
 Starts a release ringwire (`--shards 2`, free port, loopback) and runs, all at once:
 
@@ -570,75 +570,93 @@ async def run(args):
         sys.exit(f"RLIMIT_NOFILE {soft} is too small for {total} connections (client + server)")
 
     proc, port = start_server(args.binary, args.shards, max_connections=total + 200)
-    stats = Stats()
-    report = {"seconds": args.seconds, "shards": args.shards, "rlimit_nofile": soft,
+    report = {"seconds_per_round": args.seconds, "rounds": args.rounds, "shards": args.shards,
+              "rlimit_nofile": soft,
               "clients": {"well_behaved": args.well_behaved, "slowloris": args.slowloris,
-                          "disconnect": args.disconnect, "garbage": args.garbage}}
+                          "disconnect": args.disconnect, "garbage": args.garbage},
+              "rounds_detail": []}
     try:
         await setup(port)
         await asyncio.sleep(1)
-        rss_start, _ = rss_kib(proc.pid)
-        report["rss_kib_start"] = rss_start
-
-        probes = multiprocessing.Queue()
-        prober = multiprocessing.Process(
-            target=probe_process, args=(port, args.shards, args.seconds + 5, 0.01, probes))
-        prober.start()
-
-        deadline = time.monotonic() + args.seconds
-        tasks = []
-        ramp_s = min(10.0, args.seconds / 4)
-        kinds = ([well_behaved] * args.well_behaved + [slowloris] * args.slowloris
-                 + [disconnecter] * args.disconnect + [garbage] * args.garbage)
-        random.Random(1).shuffle(kinds)
-        rss_peak = rss_start
-
-        async def sample_rss():
-            nonlocal rss_peak
-            while time.monotonic() < deadline + 2:
-                if proc.poll() is not None:
-                    return
-                rss_peak = max(rss_peak, rss_kib(proc.pid)[0])
-                await asyncio.sleep(0.5)
-
-        sampler = asyncio.create_task(sample_rss())
-        counters = {}
-        for i, kind in enumerate(kinds):
-            counters[kind] = counters.get(kind, 0) + 1
-            tasks.append(asyncio.create_task(kind(counters[kind], port, deadline, stats)))
-            await asyncio.sleep(ramp_s / len(kinds))
-        open_at_full = stats.open_now
-        while time.monotonic() < deadline:
-            await asyncio.sleep(1)
-            if proc.poll() is not None:
+        report["rss_kib_start"] = rss_kib(proc.pid)[0]
+        for round_no in range(args.rounds):
+            detail = await storm(args, proc, port, round_no)
+            report["rounds_detail"].append(detail)
+            if not detail["server_alive"]:
                 break
-        await asyncio.wait(tasks, timeout=30)
-        await sampler
-        alive = proc.poll() is None
-        report["server_alive"] = alive
-        report["connections_open_peak"] = stats.open_peak
-        report["connections_open_after_ramp"] = open_at_full
-        report["counts"] = dict(sorted(stats.counts.items()))
-        report["well_behaved_errors"] = stats.counts.get("well_behaved.errors", 0)
-        report["well_behaved_error_samples"] = stats.errors
-        report["rss_kib_peak"] = rss_peak
-        prober.join(timeout=30)
-        report["probes"] = probes.get(timeout=5) if not probes.empty() else "no probe result"
-        if alive:
-            report["after_shards_answering"] = await after_check(port, args.shards)
-            await asyncio.sleep(args.settle_seconds)
-            rss_after, hwm = rss_kib(proc.pid)
-            report["rss_kib_after"] = rss_after
-            report["rss_kib_hwm"] = hwm
     finally:
         proc.kill()
         proc.wait()
+    rounds = report["rounds_detail"]
+    report["server_alive"] = all(r["server_alive"] for r in rounds)
+    report["well_behaved_errors"] = sum(r["well_behaved_errors"] for r in rounds)
+    return report
+
+
+async def storm(args, proc, port, round_no):
+    """One round: every client kind at once for args.seconds, then RSS after a settle."""
+    stats = Stats()
+    report = {"round": round_no, "rss_kib_before": rss_kib(proc.pid)[0]}
+    probes = multiprocessing.Queue()
+    prober = multiprocessing.Process(
+        target=probe_process, args=(port, args.shards, args.seconds + 5, 0.01, probes))
+    prober.start()
+
+    deadline = time.monotonic() + args.seconds
+    tasks = []
+    ramp_s = min(10.0, args.seconds / 4)
+    kinds = ([well_behaved] * args.well_behaved + [slowloris] * args.slowloris
+             + [disconnecter] * args.disconnect + [garbage] * args.garbage)
+    random.Random(round_no).shuffle(kinds)
+    rss_peak = report["rss_kib_before"]
+
+    async def sample_rss():
+        nonlocal rss_peak
+        while time.monotonic() < deadline + 2:
+            if proc.poll() is not None:
+                return
+            rss_peak = max(rss_peak, rss_kib(proc.pid)[0])
+            await asyncio.sleep(0.5)
+
+    sampler = asyncio.create_task(sample_rss())
+    counters = {}
+    for kind in kinds:
+        counters[kind] = counters.get(kind, 0) + 1
+        # Client ids are distinct across rounds: each well-behaved client owns a fresh row.
+        cid = round_no * 10_000 + counters[kind]
+        tasks.append(asyncio.create_task(kind(cid, port, deadline, stats)))
+        await asyncio.sleep(ramp_s / len(kinds))
+    open_at_full = stats.open_now
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1)
+        if proc.poll() is not None:
+            break
+    await asyncio.wait(tasks, timeout=30)
+    await sampler
+    alive = proc.poll() is None
+    report["server_alive"] = alive
+    report["connections_open_peak"] = stats.open_peak
+    report["connections_open_after_ramp"] = open_at_full
+    report["counts"] = dict(sorted(stats.counts.items()))
+    report["well_behaved_errors"] = stats.counts.get("well_behaved.errors", 0)
+    report["well_behaved_error_samples"] = stats.errors
+    report["rss_kib_peak"] = rss_peak
+    prober.join(timeout=30)
+    report["probes"] = probes.get(timeout=5) if not probes.empty() else "no probe result"
+    if alive:
+        report["after_shards_answering"] = await after_check(port, args.shards)
+        await asyncio.sleep(args.settle_seconds)
+        rss_after, hwm = rss_kib(proc.pid)
+        report["rss_kib_after"] = rss_after
+        report["rss_kib_hwm"] = hwm
     return report
 
 
 def main():
     parser = argparse.ArgumentParser(description="soak ringwire with hostile and well-behaved clients")
-    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--seconds", type=float, default=120, help="length of one round")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="storms against the same server; RSS after each shows a leak as growth")
     default_bin = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "ringwire")
     parser.add_argument("--binary", default=default_bin, help=f"ringwire binary (default {default_bin})")
     parser.add_argument("--shards", type=int, default=2)
@@ -658,10 +676,12 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             f.write(text + "\n")
-    probes = report.get("probes")
-    ok = (report.get("server_alive") and report.get("well_behaved_errors") == 0
-          and isinstance(probes, dict) and probes.get("shards_found") == args.shards
-          and all(v["failures"] == 0 for k, v in probes.items() if k != "shards_found"))
+    def probes_ok(probes):
+        return (isinstance(probes, dict) and probes.get("shards_found") == args.shards
+                and all(v["failures"] == 0 for k, v in probes.items() if k != "shards_found"))
+
+    ok = (report["server_alive"] and report["well_behaved_errors"] == 0
+          and all(probes_ok(r["probes"]) for r in report["rounds_detail"]))
     print("soak:", "PASS" if ok else "FAIL", file=sys.stderr)
     sys.exit(0 if ok else 1)
 

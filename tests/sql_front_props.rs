@@ -349,3 +349,24 @@ proptest! {
         sql_plan(sql.as_bytes());
     }
 }
+
+/// Padding to a length the server cannot hold is refused up front, as PostgreSQL refuses it,
+/// instead of building a multi-gigabyte string on the shard (found reading the SQL functions
+/// while writing the fuzz target).
+#[test]
+fn padding_to_a_huge_length_is_refused_quickly() {
+    let started = std::time::Instant::now();
+    for sql in [
+        "select lpad('', 2147483647)",
+        "select rpad('x', 2147483647, 'yz')",
+        "select lpad('a', 300000000)",
+    ] {
+        let out = sql_plan(sql.as_bytes());
+        assert!(out.errors >= 1, "{sql} was not refused: {out:?}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "refusing took {:?}",
+        started.elapsed()
+    );
+}

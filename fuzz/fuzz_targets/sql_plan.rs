@@ -5,4 +5,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| ringwire::fuzzing::sql_plan(data));
+fuzz_target!(|data: &[u8]| {
+    ringwire::fuzzing::sql_plan(data);
+});
