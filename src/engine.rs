@@ -607,9 +607,9 @@ fn transaction_modes(modes: &[ast::TransactionMode]) -> Vec<(String, String)> {
 /// Plan one statement. `params` holds the parameter types from Parse and receives inferred ones.
 /// `fold`: evaluate constant subexpressions now (simple protocol) or leave that to Bind
 /// (extended protocol), matching where PostgreSQL reports errors such as `1/0`.
-fn plan_statement(
+pub(crate) fn plan_statement(
     stmt: &Statement,
-    catalog: &Catalog,
+    catalog: &dyn table_plan::Catalog,
     params: &mut Vec<Type>,
     source: &str,
     text: &TextContext,
@@ -806,8 +806,10 @@ fn plan_statement(
 
 /// `ALTER TABLE t ADD [CONSTRAINT c] PRIMARY KEY (cols)` or `UNIQUE (cols)`, the forms pgbench
 /// and schema migrations use; other ALTER TABLE forms are 0A000.
-fn plan_add_constraint(alter: &ast::AlterTable, catalog: &Catalog) -> Result<Plan, PgError> {
-    use table_plan::Catalog as _;
+fn plan_add_constraint(
+    alter: &ast::AlterTable,
+    catalog: &dyn table_plan::Catalog,
+) -> Result<Plan, PgError> {
     let name = alter
         .name
         .0
@@ -875,7 +877,7 @@ fn plan_add_constraint(alter: &ast::AlterTable, catalog: &Catalog) -> Result<Pla
 /// `VACUUM ...` / `ANALYZE ...`, which sqlparser 0.63 does not parse in PostgreSQL's forms
 /// (`vacuum analyze t`, as pgbench -i sends): accepted as no-ops — the compute compacts
 /// versions itself and has no planner statistics.
-fn maintenance_command(sql: &str) -> Option<&'static str> {
+pub(crate) fn maintenance_command(sql: &str) -> Option<&'static str> {
     let head = sql
         .trim_start()
         .split(|c: char| !c.is_ascii_alphabetic())
@@ -1457,7 +1459,7 @@ impl Frontend {
             return Ok(Prepared::new(Plan::Empty, param_types, vec![]));
         };
         let (plan, columns) =
-            plan_statement(stmt, &self.catalog(), &mut param_types, source, text, fold)?;
+            plan_statement(stmt, &*self.catalog(), &mut param_types, source, text, fold)?;
         for t in param_types.iter_mut() {
             if t.scalar == Scalar::Unknown {
                 // PostgreSQL resolves a parameter nothing constrains to text.

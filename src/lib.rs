@@ -7,6 +7,8 @@
 //! - [`dispatch`]: the compute (tables, locks, commits, compaction) on shard 0 and the
 //!   per-shard dispatcher that batches peeks and writes to it over the mesh.
 //! - [`compute`]: multi-versioned tables and the executor of table plans.
+//! - `fuzzing` (hidden): statement text → plan → constant evaluation without a server, for
+//!   the `sql_plan` fuzz target and `tests/sql_front_props.rs`.
 //! - [`stats`]: per-shard counters and the `ringwire.shard_stats` / `ringwire.table_stats`
 //!   relations that show them.
 //!
@@ -17,6 +19,8 @@
 pub mod compute;
 pub mod dispatch;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod settings;
 pub mod sql;
 pub mod stats;

@@ -8,6 +8,8 @@
 //! - [`backend`]: server message encoders writing into the write buffer; plus a decoder.
 //! - [`types`]: OIDs, [`types::Value`], and text/binary value formats.
 //! - [`error`]: SQLSTATEs and [`error::PgError`], which becomes an ErrorResponse.
+//! - `fuzzing` (hidden): the decoders driven as a connection drives them, invariants asserted;
+//!   shared by the `cargo fuzz` targets in `fuzz/` and the property tests.
 //!
 //! Data flow in a server: socket bytes → `split_frame` → `FrontendMessage::parse` → (the
 //! connection state machine in `shards`) → `backend::write_*` → socket.
@@ -15,6 +17,8 @@
 pub mod backend;
 pub mod error;
 pub mod frontend;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod types;
 pub mod wire;
 

@@ -6,150 +6,26 @@
 //! Allocation is measured, not assumed: a counting global allocator records the bytes each
 //! decode call asks for on the calling thread (proptest cases run on the test's own thread).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use proptest::collection::vec;
 use proptest::prelude::*;
 use ringwire_protocol as protocol;
 
 use protocol::backend::{self, BackendMessage, DataRowWriter, FieldDescription, TransactionStatus};
-use protocol::frontend::{self, FrontendMessage, StartupRequest, Target, MAX_STARTUP_PACKET_BYTES};
+use protocol::frontend::{self, FrontendMessage, StartupRequest, Target};
+use protocol::fuzzing::{
+    self, allocated_by, assert_backend_allocation_bounded, assert_backend_counts_bounded,
+    check_error, check_frame, decode_frontend, decode_startup, expected_missing, CountingAllocator,
+    ERROR_ALLOCATION_BYTES_MAX,
+};
 use protocol::wire::{frame_bytes_needed, split_frame, Frame};
 use protocol::{Format, PgError, Severity, SqlState};
 
-// ---- allocation accounting ----
-
-struct CountingAllocator;
-
-thread_local! {
-    /// Bytes requested by this thread since the counter was last reset. `const` initialisation
-    /// and a destructor-free `Cell` keep the allocator from allocating to reach it.
-    static ALLOCATED_BYTES: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note_allocation(bytes: usize) {
-    let _ = ALLOCATED_BYTES.try_with(|c| c.set(c.get().saturating_add(bytes)));
-}
-
-// SAFETY: every call forwards to `System` unchanged; the counter only observes sizes.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+// The decoders under test and their invariants live in `protocol::fuzzing`, shared with the
+// `cargo fuzz` targets; this file adds the strategies (valid streams, mutations, chunkings).
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
-/// Run `f` and return its result with the bytes it allocated on this thread.
-fn allocated_by<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    ALLOCATED_BYTES.with(|c| c.set(0));
-    let out = f();
-    let bytes = ALLOCATED_BYTES.with(|c| c.get());
-    (out, bytes)
-}
-
-/// What an error may cost: its message (a short `format!`), independent of the input size.
-const ERROR_ALLOCATION_BYTES_MAX: usize = 512;
-/// Bytes a backend decode may allocate per input byte. The worst legal case is ErrorFields: one
-/// `(u8, &str)` (24 bytes) per two input bytes is 12; `Vec` growth may double the capacity (24),
-/// and the counter adds up every reallocation instead of tracking the peak (48). Anything that
-/// sizes a vector from a count field instead of the bytes present blows far past this.
-const BACKEND_ALLOCATION_BYTES_PER_INPUT_BYTE: usize = 64;
-
-fn assert_backend_allocation_bounded(body_len: usize, allocated: usize) {
-    let bound =
-        BACKEND_ALLOCATION_BYTES_PER_INPUT_BYTE * (body_len + 1) + ERROR_ALLOCATION_BYTES_MAX;
-    assert!(
-        allocated <= bound,
-        "decoding a {body_len}-byte body allocated {allocated} bytes (bound {bound})"
-    );
-}
-
-/// Collection sizes in a decoded backend message against the bytes they were decoded from:
-/// every element takes at least this many bytes of body.
-fn assert_backend_counts_bounded(msg: &BackendMessage<'_>, body_len: usize) {
-    let (items, min_item_bytes) = match msg {
-        BackendMessage::DataRow { values } => (values.len(), 4),
-        BackendMessage::RowDescription { fields } => (fields.len(), 19),
-        BackendMessage::ParameterDescription { types } => (types.len(), 4),
-        BackendMessage::AuthenticationSasl { mechanisms } => (mechanisms.len(), 1),
-        BackendMessage::NegotiateProtocolVersion { unrecognized, .. } => (unrecognized.len(), 1),
-        BackendMessage::CopyInResponse { columns, .. }
-        | BackendMessage::CopyOutResponse { columns, .. } => (columns.len(), 2),
-        BackendMessage::ErrorResponse(f) | BackendMessage::NoticeResponse(f) => (f.fields.len(), 2),
-        _ => (0, 1),
-    };
-    assert!(
-        items * min_item_bytes <= body_len,
-        "{items} items of >= {min_item_bytes} bytes decoded from a {body_len}-byte body: {msg:?}"
-    );
-}
-
-// ---- the decoders, driven the way a connection drives them ----
-
-/// Split and parse every complete frame of `buf` as frontend messages, checking the framing
-/// invariants and allocation along the way. Stops at the first error or partial frame.
-fn decode_frontend(buf: &[u8], max_message_bytes: usize) -> Vec<String> {
-    let mut at = 0;
-    let mut out = Vec::new();
-    loop {
-        let (split, split_bytes) = allocated_by(|| split_frame(&buf[at..], max_message_bytes));
-        match split {
-            Ok(Some((frame, n))) => {
-                assert_eq!(split_bytes, 0, "split_frame allocated on success");
-                check_frame(&buf[at..], frame, n, max_message_bytes);
-                let (parsed, parse_bytes) = allocated_by(|| FrontendMessage::parse(frame));
-                match parsed {
-                    Ok(msg) => {
-                        assert_eq!(
-                            parse_bytes, 0,
-                            "FrontendMessage::parse allocated on success: {msg:?}"
-                        );
-                        out.push(format!("{msg:?}"));
-                    }
-                    Err(e) => {
-                        assert!(
-                            parse_bytes <= ERROR_ALLOCATION_BYTES_MAX,
-                            "a parse error allocated {parse_bytes} bytes"
-                        );
-                        check_error(&e);
-                        // A body error is not fatal: the connection goes on with the next frame.
-                        out.push(format!("error {}", e.code));
-                    }
-                }
-                at += n;
-            }
-            Ok(None) => {
-                assert_eq!(split_bytes, 0);
-                return out;
-            }
-            Err(e) => {
-                assert!(split_bytes <= ERROR_ALLOCATION_BYTES_MAX);
-                assert_eq!(
-                    (e.severity, e.code),
-                    (Severity::Fatal, SqlState::PROTOCOL_VIOLATION),
-                    "framing errors are fatal 08P01"
-                );
-                out.push(format!("fatal {}", e.code));
-                return out;
-            }
-        }
-    }
-}
+// ---- the backend decoder, driven the way a client drives it ----
 
 /// Like [`decode_frontend`], for server messages.
 fn decode_backend(buf: &[u8], max_message_bytes: usize) -> Vec<String> {
@@ -172,92 +48,6 @@ fn decode_backend(buf: &[u8], max_message_bytes: usize) -> Vec<String> {
         at += n;
     }
     out
-}
-
-/// Split and parse startup packets off the front of `buf` until a StartupMessage, an error or
-/// a partial packet, the way the server's startup phase does.
-fn decode_startup(buf: &[u8]) -> Vec<String> {
-    let mut at = 0;
-    let mut out = Vec::new();
-    loop {
-        let (split, split_bytes) = allocated_by(|| frontend::split_startup(&buf[at..]));
-        match split {
-            Ok(Some((body, n))) => {
-                assert_eq!(split_bytes, 0);
-                assert!(
-                    (8..=MAX_STARTUP_PACKET_BYTES).contains(&n),
-                    "startup packet of {n} bytes accepted"
-                );
-                assert!(n <= buf.len() - at);
-                assert_eq!(body.len() + 4, n);
-                assert_eq!(body, &buf[at + 4..at + n]);
-                let (parsed, parse_bytes) = allocated_by(|| StartupRequest::parse(body));
-                at += n;
-                match parsed {
-                    Ok(req) => {
-                        assert_eq!(parse_bytes, 0, "StartupRequest::parse allocated on success");
-                        let done = matches!(
-                            req,
-                            StartupRequest::Startup { .. } | StartupRequest::Cancel { .. }
-                        );
-                        if let StartupRequest::Startup { params, .. } = req {
-                            // Validated at parse time, so iteration sees every pair.
-                            let pairs: Vec<_> = params.iter().collect();
-                            out.push(format!("{req:?} {pairs:?}"));
-                        } else {
-                            out.push(format!("{req:?}"));
-                        }
-                        if done {
-                            return out;
-                        }
-                    }
-                    Err(e) => {
-                        assert!(parse_bytes <= ERROR_ALLOCATION_BYTES_MAX);
-                        assert_eq!(
-                            e.severity,
-                            Severity::Fatal,
-                            "startup errors are fatal: {e:?}"
-                        );
-                        out.push(format!("fatal {}", e.code));
-                        return out;
-                    }
-                }
-            }
-            Ok(None) => return out,
-            Err(e) => {
-                assert_eq!(
-                    (e.severity, e.code),
-                    (Severity::Fatal, SqlState::PROTOCOL_VIOLATION)
-                );
-                out.push(format!("fatal {}", e.code));
-                return out;
-            }
-        }
-    }
-}
-
-fn check_frame(buf: &[u8], frame: Frame<'_>, consumed: usize, max_message_bytes: usize) {
-    assert!(
-        consumed <= buf.len(),
-        "consumed {consumed} of {} bytes",
-        buf.len()
-    );
-    assert_eq!(consumed, 5 + frame.body.len());
-    assert!(
-        frame.body.len() + 4 <= max_message_bytes,
-        "a frame over the limit was accepted"
-    );
-    assert_eq!(frame.tag, buf[0]);
-    assert_eq!(frame.body, &buf[5..consumed]);
-}
-
-fn check_error(e: &PgError) {
-    assert!(
-        e.code.as_str().len() == 5 && e.code.as_str().is_ascii(),
-        "bad SQLSTATE {:?}",
-        e.code
-    );
-    assert!(!e.message.is_empty());
 }
 
 /// Feed `stream` to a growing receive buffer in pieces of `chunks` bytes (cycled), consuming
@@ -298,11 +88,6 @@ fn decode_chunked(
     }
     assert!(received.is_empty(), "{} bytes left over", received.len());
     out
-}
-
-fn expected_missing(partial: &[u8]) -> usize {
-    let len = i32::from_be_bytes([partial[1], partial[2], partial[3], partial[4]]) as usize;
-    1 + len - partial.len()
 }
 
 fn frontend_one(frame: Frame<'_>) -> String {
@@ -803,9 +588,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn arbitrary_bytes_never_panic_the_frontend_decoders(bytes in vec(any::<u8>(), 0..512), max in prop_oneof![Just(usize::MAX), 4usize..600]) {
-        decode_frontend(&bytes, max);
-        decode_startup(&bytes);
+    fn arbitrary_bytes_never_panic_the_frontend_decoders(bytes in vec(any::<u8>(), 0..512)) {
+        // The fuzz targets' entry points: whole and chunked, first byte picks the limit.
+        fuzzing::frontend_message(&bytes);
+        fuzzing::startup(&bytes);
     }
 
     #[test]
@@ -850,9 +636,12 @@ proptest! {
     }
 
     #[test]
-    fn mutated_client_streams_never_panic(messages in vec(client_message(), 1..8), edits in edits(), max in prop_oneof![Just(usize::MAX), 4usize..300]) {
+    fn mutated_client_streams_never_panic(messages in vec(client_message(), 1..8), edits in edits(), max in prop_oneof![Just(usize::MAX), 4usize..300], limit in any::<u8>()) {
         let bytes = mutate(encode_client(&messages), &edits);
         decode_frontend(&bytes, max);
+        let mut input = vec![limit];
+        input.extend_from_slice(&bytes);
+        fuzzing::frontend_message(&input);
     }
 
     #[test]
@@ -864,7 +653,17 @@ proptest! {
     #[test]
     fn mutated_startup_packets_never_panic(script in startup_script(), edits in edits()) {
         let bytes = mutate(encode_startup_script(&script), &edits);
-        decode_startup(&bytes);
+        fuzzing::startup(&bytes);
+    }
+
+    #[test]
+    fn mutated_captured_client_traffic_never_panics(seed in any::<prop::sample::Index>(), edits in edits(), startup in any::<bool>()) {
+        // The fuzz targets' seed corpus (traffic captured from psql, pgbench, tokio-postgres)
+        // with a few bytes changed: what the fuzzer starts from, on every CI run.
+        let (target, seeds) = if startup { ("startup", &*STARTUP_SEEDS) } else { ("frontend_message", &*FRONTEND_SEEDS) };
+        prop_assume!(!seeds.is_empty(), "no seeds for {}", target);
+        let bytes = mutate(seeds[seed.index(seeds.len())].clone(), &edits);
+        if startup { fuzzing::startup(&bytes) } else { fuzzing::frontend_message(&bytes) }
     }
 
     #[test]
@@ -998,4 +797,69 @@ fn the_allocation_counter_counts() {
     });
     assert!(matches!(msg, Ok(BackendMessage::DataRow { ref values }) if values.len() == 100));
     assert!(bytes >= 100 * std::mem::size_of::<Option<&[u8]>>());
+}
+
+// ---- the fuzz corpus: captured seeds and regressions ----
+
+/// Every file under `fuzz/<dir>/<target>/`: the committed seeds (`seeds`) or the inputs that
+/// once broke a decoder (`regressions`).
+fn fuzz_inputs(dir: &str, target: &str) -> Vec<Vec<u8>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz")
+        .join(dir)
+        .join(target);
+    let Ok(entries) = std::fs::read_dir(&path) else {
+        return Vec::new();
+    };
+    let mut files: Vec<_> = entries
+        .map(|e| e.expect("readable fuzz dir").path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|f| std::fs::read(f).expect("readable fuzz input"))
+        .collect()
+}
+
+static STARTUP_SEEDS: std::sync::LazyLock<Vec<Vec<u8>>> =
+    std::sync::LazyLock::new(|| fuzz_inputs("seeds", "startup"));
+static FRONTEND_SEEDS: std::sync::LazyLock<Vec<Vec<u8>>> =
+    std::sync::LazyLock::new(|| fuzz_inputs("seeds", "frontend_message"));
+
+/// The captured seeds decode cleanly (they are real clients' traffic: no errors), and every
+/// recorded finding runs through its target without a panic.
+#[test]
+fn seeds_decode_and_regressions_pass() {
+    assert!(
+        STARTUP_SEEDS.len() >= 3 && FRONTEND_SEEDS.len() >= 3,
+        "the seed corpus is missing: {} startup, {} frontend seeds",
+        STARTUP_SEEDS.len(),
+        FRONTEND_SEEDS.len()
+    );
+    for seed in STARTUP_SEEDS.iter() {
+        let decoded = decode_startup(seed);
+        assert!(
+            !decoded.is_empty() && decoded.iter().all(|m| !m.starts_with("fatal")),
+            "a captured startup failed to decode: {decoded:?}"
+        );
+        fuzzing::startup(seed);
+    }
+    for seed in FRONTEND_SEEDS.iter() {
+        // Seeds start with the limit byte (0: unlimited).
+        let decoded = decode_frontend(&seed[1..], usize::MAX);
+        assert!(
+            !decoded.is_empty()
+                && decoded
+                    .iter()
+                    .all(|m| !m.starts_with("error") && !m.starts_with("fatal")),
+            "captured client traffic failed to decode: {decoded:?}"
+        );
+        fuzzing::frontend_message(seed);
+    }
+    for input in fuzz_inputs("regressions", "startup") {
+        fuzzing::startup(&input);
+    }
+    for input in fuzz_inputs("regressions", "frontend_message") {
+        fuzzing::frontend_message(&input);
+    }
 }

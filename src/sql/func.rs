@@ -499,6 +499,16 @@ pub(crate) fn call(
         F::Lpad | F::Rpad => {
             let s = text_arg(&args[0])?;
             let n = int_arg(&args[1])?.max(0) as usize;
+            // PostgreSQL sizes the result for 4-byte characters and refuses one past its 1 GB
+            // allocation limit before building anything; so do we, or `lpad('', 2147483647)`
+            // would build gigabytes on the shard, stalling it for seconds.
+            const MAX_TEXT_BYTES: usize = (1 << 30) - 1;
+            if n.saturating_mul(4) > MAX_TEXT_BYTES {
+                return Err(PgError::new(
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
+                    "requested length too large",
+                ));
+            }
             let fill: Vec<char> = match args.get(2) {
                 Some(v) => text_arg(v)?.chars().collect(),
                 None => vec![' '],

@@ -1,0 +1,690 @@
+#!/usr/bin/env python3
+"""Soak ringwire with 1,000+ concurrent connections of mixed clients, on loopback, for a bounded
+time, and report whether the well-behaved ones were unharmed.
+
+    python3 scripts/soak.py [--seconds 120] [--rounds 1] [--binary PATH] [--json out.json]
+
+Starts a release ringwire (`--shards 2`, free port, loopback) and runs, all at once:
+
+  well-behaved  real queries over the simple and the extended protocol (point selects by key,
+                constant expressions, a 200-row range, writes to the client's own row in and out
+                of transaction blocks) with every answer checked; reconnects now and then
+  slowloris     (a) a startup packet at one byte per second; (b) half a Query message, then
+                silence for the rest of the run; (c) a 2 MB result read at 4 KiB per second
+  disconnect    closes (or resets) mid-query: mid 2 MB result, mid 4 MB row, during
+                pg_sleep, right after sending, half-way through a message
+  garbage       random bytes as startup, random bytes after startup, impossible lengths,
+                unknown message tags, bodies that do not parse
+  probes        one connection per shard (found by BackendKeyData: pid >> 22 is the shard)
+                sending `select 1` every 10 ms from a separate process, one thread per shard:
+                the max and p99 latency per shard is the longest a shard stalled
+
+Reported (and in --json): errors seen by well-behaved clients (must be 0), RSS of the server at
+start / peak / after the clients left, probe latency per shard, connection counts per kind.
+Exit status 1 if a well-behaved client saw an error, a probe failed, or the server died.
+
+python3 standard library only. Raises its own RLIMIT_NOFILE to the hard limit (the server
+inherits it) and sizes the run to fit.
+"""
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+# ---- a minimal pgwire client (just what the soak needs) ----
+
+
+def startup_packet(user="soak", database="postgres"):
+    body = struct.pack("!i", 196608)
+    for k, v in (("user", user), ("database", database), ("application_name", "soak")):
+        body += k.encode() + b"\0" + v.encode() + b"\0"
+    body += b"\0"
+    return struct.pack("!i", len(body) + 4) + body
+
+
+def msg(tag, body=b""):
+    return tag + struct.pack("!i", len(body) + 4) + body
+
+
+def query_msg(sql):
+    return msg(b"Q", sql.encode() + b"\0")
+
+
+def extended_msgs(sql, params):
+    """Parse (unnamed), Bind (text params), Describe portal, Execute, Sync."""
+    parse = msg(b"P", b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0))
+    bind = b"\0\0" + struct.pack("!h", 0) + struct.pack("!h", len(params))
+    for p in params:
+        if p is None:
+            bind += struct.pack("!i", -1)
+        else:
+            b = str(p).encode()
+            bind += struct.pack("!i", len(b)) + b
+    bind += struct.pack("!h", 0)
+    return parse + msg(b"B", bind) + msg(b"D", b"P\0") + msg(b"E", b"\0" + struct.pack("!i", 0)) + msg(b"S")
+
+
+def error_fields(body):
+    fields = {}
+    for part in body.split(b"\0"):
+        if part:
+            fields[chr(part[0])] = part[1:].decode(errors="replace")
+    return fields
+
+
+def data_row(body):
+    (n,) = struct.unpack("!h", body[:2])
+    at = 2
+    out = []
+    for _ in range(n):
+        (length,) = struct.unpack("!i", body[at : at + 4])
+        at += 4
+        if length < 0:
+            out.append(None)
+        else:
+            out.append(body[at : at + length].decode())
+            at += length
+    return out
+
+
+class QueryError(Exception):
+    pass
+
+
+class Conn:
+    """An asyncio pgwire connection."""
+
+    def __init__(self, reader, writer):
+        self.reader = reader
+        self.writer = writer
+        self.pid = None
+
+    @classmethod
+    async def open(cls, port, timeout=30):
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+        conn = cls(reader, writer)
+        writer.write(startup_packet())
+        await asyncio.wait_for(conn.until_ready(), timeout)
+        return conn
+
+    async def read_msg(self):
+        head = await self.reader.readexactly(5)
+        tag = head[:1]
+        (length,) = struct.unpack("!i", head[1:])
+        body = await self.reader.readexactly(length - 4)
+        return tag, body
+
+    async def until_ready(self):
+        """Read through ReadyForQuery; rows of DataRows, and the first ErrorResponse."""
+        rows, error = [], None
+        while True:
+            tag, body = await self.read_msg()
+            if tag == b"D":
+                rows.append(data_row(body))
+            elif tag == b"E":
+                error = error or error_fields(body)
+                if error.get("S") == "FATAL":
+                    raise QueryError(f"FATAL {error.get('C')}: {error.get('M')}")
+            elif tag == b"K":
+                (self.pid,) = struct.unpack("!i", body[:4])
+            elif tag == b"Z":
+                return rows, error
+
+    async def simple(self, sql, timeout=30):
+        self.writer.write(query_msg(sql))
+        return await asyncio.wait_for(self.until_ready(), timeout)
+
+    async def extended(self, sql, params, timeout=30):
+        self.writer.write(extended_msgs(sql, params))
+        return await asyncio.wait_for(self.until_ready(), timeout)
+
+    def close(self, reset=False):
+        if reset:
+            sock = self.writer.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                except OSError:
+                    pass
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+
+
+# ---- the run ----
+
+KV_ROWS = 1000
+BIG_ROWS = 2000  # of 1 KB: a 2 MB result
+SHARD_BITS = 22
+
+
+class Stats:
+    def __init__(self):
+        self.counts = {}
+        self.open_now = 0
+        self.open_peak = 0
+        self.errors = []  # well-behaved only
+
+    def add(self, key, n=1):
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def opened(self, kind):
+        self.add(f"{kind}.connections")
+        self.open_now += 1
+        self.open_peak = max(self.open_peak, self.open_now)
+
+    def closed(self):
+        self.open_now -= 1
+
+    def error(self, what):
+        if len(self.errors) < 50:
+            self.errors.append(what)
+        self.add("well_behaved.errors")
+
+
+async def well_behaved(cid, port, deadline, stats):
+    rng = random.Random(cid)
+    own_id = 100_000 + cid
+    counter = None
+    conn = None
+    queries = 0
+    while time.monotonic() < deadline:
+        try:
+            if conn is None:
+                conn = await Conn.open(port)
+                stats.opened("well_behaved")
+                if counter is None:
+                    _, err = await conn.simple(f"insert into soak_own values ({own_id}, 0)")
+                    if err:
+                        raise QueryError(f"insert own row: {err}")
+                    counter = 0
+            kind = rng.randrange(7)
+            if kind == 0:
+                k = rng.randrange(1, KV_ROWS + 1)
+                rows, err = await conn.simple(f"select v from soak_kv where id = {k}")
+                expect(rows, err, [[f"v{k}"]], "simple point select")
+            elif kind == 1:
+                k = rng.randrange(1, KV_ROWS + 1)
+                rows, err = await conn.extended("select v from soak_kv where id = $1", [k])
+                expect(rows, err, [[f"v{k}"]], "extended point select")
+            elif kind == 2:
+                a, b = rng.randrange(-10**6, 10**6), rng.randrange(-10**6, 10**6)
+                rows, err = await conn.extended("select $1::int8 + $2::int8, $3::text", [a, b, f"s{a}"])
+                expect(rows, err, [[str(a + b), f"s{a}"]], "extended constant")
+            elif kind == 3:
+                rows, err = await conn.simple(f"select {cid} * 2, 'c{cid}' || 'x'")
+                expect(rows, err, [[str(cid * 2), f"c{cid}x"]], "simple constant")
+            elif kind == 4:
+                rows, err = await conn.simple("select id from soak_kv where id <= 200 order by id")
+                expect(rows, err, [[str(i)] for i in range(1, 201)], "200-row range")
+            elif kind == 5:
+                rows, err = await conn.extended("update soak_own set n = n + 1 where id = $1 returning n", [own_id])
+                counter += 1
+                expect(rows, err, [[str(counter)]], "update own row")
+            else:
+                for sql in ("begin", f"update soak_own set n = n + 1 where id = {own_id}"):
+                    _, err = await conn.simple(sql)
+                    expect([], err, [], sql)
+                counter += 1
+                rows, err = await conn.simple(f"select n from soak_own where id = {own_id}")
+                expect(rows, err, [[str(counter)]], "read own write in a block")
+                _, err = await conn.simple("commit")
+                expect([], err, [], "commit")
+            queries += 1
+            stats.add("well_behaved.queries")
+            if rng.random() < 0.005:  # churn: reconnect now and then
+                conn.close()
+                stats.closed()
+                conn = None
+            await asyncio.sleep(rng.uniform(0.05, 0.15))
+        except (QueryError, OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+            stats.error(f"client {cid} after {queries} queries: {type(e).__name__} {e}")
+            if conn is not None:
+                conn.close()
+                stats.closed()
+            conn = None
+            await asyncio.sleep(0.5)
+    if conn is not None:
+        conn.close()
+        stats.closed()
+
+
+def expect(rows, err, want, what):
+    if err:
+        raise QueryError(f"{what}: {err.get('C')} {err.get('M')}")
+    if rows != want:
+        shown = rows if len(rows) < 5 else f"{len(rows)} rows starting {rows[:3]}"
+        raise QueryError(f"{what}: got {shown}")
+
+
+async def raw_open(port, kind, stats):
+    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
+    stats.opened(kind)
+    return reader, writer
+
+
+async def drain_until_close(reader, seconds):
+    """Read until the server closes (True) or `seconds` pass (False)."""
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            data = await asyncio.wait_for(reader.read(65536), max(0.01, end - time.monotonic()))
+            if not data:
+                return True
+        return False
+    except asyncio.TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def close_writer(writer, reset=False):
+    Conn(None, writer).close(reset)
+
+
+async def slowloris(cid, port, deadline, stats):
+    rng = random.Random(10_000 + cid)
+    kind = cid % 3
+    while time.monotonic() < deadline:
+        try:
+            if kind == 0:
+                # (a) startup at one byte per second.
+                reader, writer = await raw_open(port, "slowloris_startup", stats)
+                packet = startup_packet()
+                for i in range(len(packet)):
+                    if time.monotonic() >= deadline:
+                        break
+                    writer.write(packet[i : i + 1])
+                    await writer.drain()
+                    await asyncio.sleep(1)
+                else:
+                    writer.write(query_msg("select 1"))
+                    closed = await drain_until_close(reader, 5)
+                    stats.add("slowloris_startup.completed" if not closed else "slowloris_startup.closed_by_server")
+                close_writer(writer)
+                stats.closed()
+            elif kind == 1:
+                # (b) half a Query message, then silence until the end of the run.
+                conn = await Conn.open(port)
+                stats.opened("slowloris_half_message")
+                await conn.simple("select 1")
+                half = query_msg("select v from soak_kv where id = 1")
+                conn.writer.write(half[: len(half) // 2])
+                closed = await drain_until_close(conn.reader, max(0, deadline - time.monotonic()))
+                if closed:
+                    stats.add("slowloris_half_message.closed_by_server")
+                conn.close()
+                stats.closed()
+            else:
+                # (c) a 2 MB result read at 4 KiB per second.
+                conn = await Conn.open(port)
+                stats.opened("slowloris_slow_reader")
+                conn.writer.write(query_msg("select id, v from soak_big"))
+                got = 0
+                while time.monotonic() < deadline:
+                    data = await conn.reader.read(4096)
+                    if not data:
+                        stats.add("slowloris_slow_reader.closed_by_server")
+                        break
+                    got += len(data)
+                    await asyncio.sleep(1)
+                stats.add("slowloris_slow_reader.bytes", got)
+                conn.close(reset=rng.random() < 0.5)
+                stats.closed()
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, QueryError) as e:
+            stats.add(f"slowloris.{type(e).__name__}")
+            await asyncio.sleep(1)
+
+
+async def disconnecter(cid, port, deadline, stats):
+    rng = random.Random(20_000 + cid)
+    while time.monotonic() < deadline:
+        kind = rng.randrange(5)
+        try:
+            conn = await Conn.open(port)
+            stats.opened("disconnect")
+            if kind == 0:
+                conn.writer.write(query_msg("select id, v from soak_big"))
+                await conn.reader.read(rng.choice([1, 100, 65536]))
+            elif kind == 1:
+                conn.writer.write(query_msg("select repeat('x', 4000000)"))
+                await conn.reader.read(rng.choice([1, 65536]))
+            elif kind == 2:
+                conn.writer.write(query_msg("select pg_sleep(0.5)"))
+                await asyncio.sleep(rng.uniform(0, 0.3))
+            elif kind == 3:
+                conn.writer.write(extended_msgs("select v from soak_kv where id = $1", [rng.randrange(1, KV_ROWS)]))
+            else:
+                whole = query_msg("select v from soak_kv where id = 7")
+                conn.writer.write(whole[: rng.randrange(1, len(whole))])
+            await conn.writer.drain()
+            conn.close(reset=rng.random() < 0.5)
+            stats.closed()
+            stats.add("disconnect.done")
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, QueryError) as e:
+            stats.add(f"disconnect.{type(e).__name__}")
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
+
+
+async def garbage(cid, port, deadline, stats):
+    rng = random.Random(30_000 + cid)
+    while time.monotonic() < deadline:
+        kind = rng.randrange(5)
+        try:
+            reader, writer = await raw_open(port, "garbage", stats)
+            if kind == 0:
+                payload = rng.randbytes(rng.randrange(1, 300))
+            else:
+                payload = startup_packet()
+                if kind == 1:
+                    payload += rng.randbytes(rng.randrange(1, 300))
+                elif kind == 2:
+                    payload += rng.choice([b"Q", b"P", b"B"]) + struct.pack("!i", rng.choice([0, 2, -1, 0x7FFFFFFF, 100_000_000]))
+                elif kind == 3:
+                    payload += msg(bytes([rng.choice(b"aAbGjkKlmoOqUVwWyY\x00\xff")]), rng.randbytes(rng.randrange(0, 40)))
+                else:
+                    tag = rng.choice([b"P", b"B", b"E", b"D", b"C", b"F", b"d", b"f"])
+                    payload += msg(tag, rng.randbytes(rng.randrange(0, 60)))
+            writer.write(payload)
+            closed = await drain_until_close(reader, 3)
+            name = ["random_startup", "random_after_startup", "bad_length", "unknown_tag", "bad_body"][kind]
+            # PostgreSQL too keeps some of these open: a length that announces more bytes than
+            # were sent is a partial message, and a bad body is a statement error (not FATAL).
+            stats.add(f"garbage.{name}.{'closed_by_server' if closed else 'still_open_after_3s'}")
+            close_writer(writer, reset=rng.random() < 0.5)
+            stats.closed()
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+            stats.add(f"garbage.{type(e).__name__}")
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
+
+
+# ---- probes: a separate process, a thread per shard ----
+
+
+def probe_process(port, shards, seconds, interval_s, out_queue):
+    """Connect until one connection per shard, then `select 1` every interval on each."""
+    conns = {}
+    spares = []
+    for _ in range(64):
+        if len(conns) == shards:
+            break
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(startup_packet())
+        pid = None
+        buf = b""
+        while True:
+            buf += s.recv(65536)
+            done = False
+            while len(buf) >= 5:
+                tag = buf[:1]
+                (length,) = struct.unpack("!i", buf[1:5])
+                if len(buf) < 1 + length:
+                    break
+                body = buf[5 : 1 + length]
+                buf = buf[1 + length :]
+                if tag == b"K":
+                    (pid,) = struct.unpack("!i", body[:4])
+                if tag == b"Z":
+                    done = True
+            if done:
+                break
+        shard = pid >> SHARD_BITS
+        if shard in conns:
+            spares.append(s)
+        else:
+            conns[shard] = s
+    for s in spares:
+        s.close()
+    results = {}
+
+    def run(shard, s):
+        latencies = []
+        failures = 0
+        q = query_msg("select 1")
+        end = time.monotonic() + seconds
+        next_at = time.monotonic()
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            try:
+                s.sendall(q)
+                buf = b""
+                while not buf.endswith(b"Z\x00\x00\x00\x05I"):
+                    data = s.recv(4096)
+                    if not data:
+                        raise ConnectionError("closed")
+                    buf += data
+                if b"E" in buf[:1]:
+                    failures += 1
+            except OSError:
+                failures += 1
+                break
+            latencies.append(time.monotonic() - t0)
+            next_at += interval_s
+            time.sleep(max(0, next_at - time.monotonic()))
+        results[shard] = (latencies, failures)
+
+    threads = [threading.Thread(target=run, args=(sh, s)) for sh, s in conns.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    summary = {}
+    for shard, (lat, failures) in sorted(results.items()):
+        lat_sorted = sorted(lat)
+        summary[str(shard)] = {
+            "probes": len(lat),
+            "failures": failures,
+            "max_ms": round(1000 * lat_sorted[-1], 2) if lat else None,
+            "p99_ms": round(1000 * lat_sorted[int(0.99 * (len(lat) - 1))], 2) if lat else None,
+            "p50_ms": round(1000 * lat_sorted[len(lat) // 2], 2) if lat else None,
+        }
+    summary["shards_found"] = len(conns)
+    out_queue.put(summary)
+
+
+# ---- server ----
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def start_server(binary, shards, max_connections):
+    proc = subprocess.Popen(
+        [binary, "--listen", "127.0.0.1:0", "--shards", str(shards),
+         "--max-connections", str(max_connections), "--log-level", "warn"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+    )
+    line = proc.stdout.readline()
+    # "ringwire listening on 127.0.0.1:PORT with N shard(s)"
+    port = next((int(w.rsplit(":", 1)[1]) for w in line.split() if w.rsplit(":", 1)[-1].isdigit() and ":" in w), None)
+    if port is None:
+        proc.kill()
+        sys.exit(f"no port in ringwire's first line: {line!r}")
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+    return proc, port
+
+
+async def setup(port):
+    conn = await Conn.open(port)
+    for sql in (
+        "drop table if exists soak_kv", "drop table if exists soak_big", "drop table if exists soak_own",
+        "create table soak_kv (id int primary key, v text)",
+        "create table soak_big (id int primary key, v text)",
+        "create table soak_own (id int primary key, n int)",
+    ):
+        _, err = await conn.simple(sql)
+        if err:
+            sys.exit(f"setup {sql}: {err}")
+    for start in range(1, KV_ROWS + 1, 250):
+        values = ",".join(f"({i}, 'v{i}')" for i in range(start, min(start + 250, KV_ROWS + 1)))
+        _, err = await conn.simple(f"insert into soak_kv values {values}")
+        if err:
+            sys.exit(f"setup soak_kv: {err}")
+    for start in range(1, BIG_ROWS + 1, 100):
+        values = ",".join(f"({i}, repeat('b', 1000))" for i in range(start, min(start + 100, BIG_ROWS + 1)))
+        _, err = await conn.simple(f"insert into soak_big values {values}")
+        if err:
+            sys.exit(f"setup soak_big: {err}")
+    conn.close()
+
+
+async def after_check(port, shards):
+    """Fresh connections after the storm: every shard still answers."""
+    seen = set()
+    for _ in range(32):
+        conn = await Conn.open(port, timeout=10)
+        rows, err = await conn.simple("select 1", timeout=10)
+        if err or rows != [["1"]]:
+            raise QueryError(f"after the run: {rows} {err}")
+        seen.add(conn.pid >> SHARD_BITS)
+        conn.close()
+        if len(seen) == shards:
+            break
+    return sorted(seen)
+
+
+async def run(args):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    except (ValueError, OSError):
+        pass
+    total = args.well_behaved + args.slowloris + args.disconnect + args.garbage
+    # Each connection costs the client and the server one fd each, plus headroom.
+    if 2 * total + 200 > soft:
+        sys.exit(f"RLIMIT_NOFILE {soft} is too small for {total} connections (client + server)")
+
+    proc, port = start_server(args.binary, args.shards, max_connections=total + 200)
+    report = {"seconds_per_round": args.seconds, "rounds": args.rounds, "shards": args.shards,
+              "rlimit_nofile": soft,
+              "clients": {"well_behaved": args.well_behaved, "slowloris": args.slowloris,
+                          "disconnect": args.disconnect, "garbage": args.garbage},
+              "rounds_detail": []}
+    try:
+        await setup(port)
+        await asyncio.sleep(1)
+        report["rss_kib_start"] = rss_kib(proc.pid)[0]
+        for round_no in range(args.rounds):
+            detail = await storm(args, proc, port, round_no)
+            report["rounds_detail"].append(detail)
+            if not detail["server_alive"]:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    rounds = report["rounds_detail"]
+    report["server_alive"] = all(r["server_alive"] for r in rounds)
+    report["well_behaved_errors"] = sum(r["well_behaved_errors"] for r in rounds)
+    return report
+
+
+async def storm(args, proc, port, round_no):
+    """One round: every client kind at once for args.seconds, then RSS after a settle."""
+    stats = Stats()
+    report = {"round": round_no, "rss_kib_before": rss_kib(proc.pid)[0]}
+    probes = multiprocessing.Queue()
+    prober = multiprocessing.Process(
+        target=probe_process, args=(port, args.shards, args.seconds + 5, 0.01, probes))
+    prober.start()
+
+    deadline = time.monotonic() + args.seconds
+    tasks = []
+    ramp_s = min(10.0, args.seconds / 4)
+    kinds = ([well_behaved] * args.well_behaved + [slowloris] * args.slowloris
+             + [disconnecter] * args.disconnect + [garbage] * args.garbage)
+    random.Random(round_no).shuffle(kinds)
+    rss_peak = report["rss_kib_before"]
+
+    async def sample_rss():
+        nonlocal rss_peak
+        while time.monotonic() < deadline + 2:
+            if proc.poll() is not None:
+                return
+            rss_peak = max(rss_peak, rss_kib(proc.pid)[0])
+            await asyncio.sleep(0.5)
+
+    sampler = asyncio.create_task(sample_rss())
+    counters = {}
+    for kind in kinds:
+        counters[kind] = counters.get(kind, 0) + 1
+        # Client ids are distinct across rounds: each well-behaved client owns a fresh row.
+        cid = round_no * 10_000 + counters[kind]
+        tasks.append(asyncio.create_task(kind(cid, port, deadline, stats)))
+        await asyncio.sleep(ramp_s / len(kinds))
+    open_at_full = stats.open_now
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1)
+        if proc.poll() is not None:
+            break
+    await asyncio.wait(tasks, timeout=30)
+    await sampler
+    alive = proc.poll() is None
+    report["server_alive"] = alive
+    report["connections_open_peak"] = stats.open_peak
+    report["connections_open_after_ramp"] = open_at_full
+    report["counts"] = dict(sorted(stats.counts.items()))
+    report["well_behaved_errors"] = stats.counts.get("well_behaved.errors", 0)
+    report["well_behaved_error_samples"] = stats.errors
+    report["rss_kib_peak"] = rss_peak
+    prober.join(timeout=30)
+    report["probes"] = probes.get(timeout=5) if not probes.empty() else "no probe result"
+    if alive:
+        report["after_shards_answering"] = await after_check(port, args.shards)
+        await asyncio.sleep(args.settle_seconds)
+        rss_after, hwm = rss_kib(proc.pid)
+        report["rss_kib_after"] = rss_after
+        report["rss_kib_hwm"] = hwm
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser(description="soak ringwire with hostile and well-behaved clients")
+    parser.add_argument("--seconds", type=float, default=120, help="length of one round")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="storms against the same server; RSS after each shows a leak as growth")
+    default_bin = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "ringwire")
+    parser.add_argument("--binary", default=default_bin, help=f"ringwire binary (default {default_bin})")
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--well-behaved", type=int, default=700)
+    parser.add_argument("--slowloris", type=int, default=150)
+    parser.add_argument("--disconnect", type=int, default=100)
+    parser.add_argument("--garbage", type=int, default=100)
+    parser.add_argument("--settle-seconds", type=float, default=10,
+                        help="wait after the clients left before reading RSS again")
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args()
+    if not os.path.exists(args.binary):
+        sys.exit(f"{args.binary} not found: cargo build --release (or --binary)")
+    report = asyncio.run(run(args))
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    def probes_ok(probes):
+        return (isinstance(probes, dict) and probes.get("shards_found") == args.shards
+                and all(v["failures"] == 0 for k, v in probes.items() if k != "shards_found"))
+
+    ok = (report["server_alive"] and report["well_behaved_errors"] == 0
+          and all(probes_ok(r["probes"]) for r in report["rounds_detail"]))
+    print("soak:", "PASS" if ok else "FAIL", file=sys.stderr)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
