@@ -7,8 +7,9 @@
 //! - [`dispatch`]: the compute (tables, locks, commits, compaction) on shard 0 and the
 //!   per-shard dispatcher that batches peeks and writes to it over the mesh.
 //! - [`compute`]: multi-versioned tables and the executor of table plans.
-//! - [`stats`]: per-shard counters and the `ringwire.shard_stats` / `ringwire.table_stats`
-//!   relations that show them.
+//! - [`stats`]: per-shard counters and histograms and the `ringwire.shard_stats` /
+//!   `ringwire.latency` / `ringwire.table_stats` relations that show them.
+//! - [`metrics_http`]: `--metrics-listen`, the same numbers for Prometheus.
 //!
 //! The path of a Query: `shards` frames and parses the message, calls
 //! `Frontend::simple_query`, which parses with sqlparser, plans each statement, evaluates it and
@@ -17,6 +18,7 @@
 pub mod compute;
 pub mod dispatch;
 pub mod engine;
+pub mod metrics_http;
 pub mod settings;
 pub mod sql;
 pub mod stats;

@@ -48,6 +48,8 @@ pub struct ServerConfig {
     pub io: IoMode,
     /// Also listen on the Unix-domain socket `DIR/.s.PGSQL.<port>`, as PostgreSQL does.
     pub unix_socket_dir: Option<std::path::PathBuf>,
+    /// Record per-statement metrics (`--metrics on`); off only to measure what recording costs.
+    pub metrics_enabled: bool,
 }
 
 /// The socket path under the connection state machine.
@@ -72,6 +74,7 @@ impl Default for ServerConfig {
             wire_floor: false,
             io: IoMode::Uring,
             unix_socket_dir: None,
+            metrics_enabled: true,
         }
     }
 }

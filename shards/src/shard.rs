@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::config::ServerConfig;
 use crate::engine::{CancelToken, Engine};
+use crate::metrics::ShardMetrics;
 use crate::uring::Doorbell;
 
 /// A CancelRequest that arrived on another shard, forwarded to the owner.
@@ -40,6 +41,8 @@ pub(crate) struct Shard<E: Engine> {
     pub open_connections: Arc<AtomicUsize>,
     /// With `ServerConfig::wire_floor`: the prebuilt reply to every Query.
     pub wire_floor_reply: Option<Vec<u8>>,
+    /// This shard's metrics (installed when the shard started, see `metrics::current`).
+    pub metrics: Rc<ShardMetrics>,
 }
 
 impl<E: Engine> Shard<E> {
@@ -65,6 +68,7 @@ impl<E: Engine> Shard<E> {
             bells,
             next_serial: Cell::new(1),
             open_connections,
+            metrics: crate::metrics::current().expect("metrics are installed when a shard starts"),
         }
     }
 

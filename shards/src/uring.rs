@@ -338,6 +338,9 @@ impl Socket {
 struct Listener {
     fd: OwnedFd,
     unix: bool,
+    /// Its own accept handler (a side listener such as `--metrics-listen`); None: the
+    /// shard's pgwire handler.
+    on_accept: Option<Rc<dyn Fn(UringStream, Peer)>>,
 }
 
 /// What the driver does with a freshly accepted connection (spawn its task).
@@ -354,7 +357,7 @@ pub struct Driver {
     /// Sockets with something for the driver to submit (send, re-arm, cancel).
     dirty: RefCell<Vec<Rc<Socket>>>,
     dirty_spare: Cell<Vec<Rc<Socket>>>,
-    listeners: Vec<Listener>,
+    listeners: RefCell<Vec<Listener>>,
     on_accept: RefCell<Option<OnAccept>>,
     /// Accepts to re-arm (after an error such as EMFILE, at the given time).
     accept_retry: RefCell<Vec<(usize, Instant)>>,
@@ -399,10 +402,16 @@ impl Driver {
             free: RefCell::new(Vec::new()),
             dirty: RefCell::new(Vec::new()),
             dirty_spare: Cell::new(Vec::new()),
-            listeners: listeners
-                .into_iter()
-                .map(|(fd, unix)| Listener { fd, unix })
-                .collect(),
+            listeners: RefCell::new(
+                listeners
+                    .into_iter()
+                    .map(|(fd, unix)| Listener {
+                        fd,
+                        unix,
+                        on_accept: None,
+                    })
+                    .collect(),
+            ),
             on_accept: RefCell::new(None),
             accept_retry: RefCell::new(Vec::new()),
             bell,
@@ -415,7 +424,7 @@ impl Driver {
             sends_queued: Cell::new(0),
             min_timeout,
         });
-        for i in 0..driver.listeners.len() {
+        for i in 0..driver.listeners.borrow().len() {
             driver.arm_accept(i);
         }
         driver.arm_bell();
@@ -433,6 +442,21 @@ impl Driver {
         *self.on_accept.borrow_mut() = Some(on_accept);
         *self.inbox.borrow_mut() = Some(inbox);
         *self.inbox_pending.borrow_mut() = Some(inbox_pending);
+    }
+
+    /// Accept on one more listening socket, with its own handler (not the shard's pgwire
+    /// handler): how a side listener such as `--metrics-listen` is served on this path.
+    pub fn add_listener(&self, fd: OwnedFd, on_accept: Rc<dyn Fn(UringStream, Peer)>) {
+        let i = {
+            let mut listeners = self.listeners.borrow_mut();
+            listeners.push(Listener {
+                fd,
+                unix: false,
+                on_accept: Some(on_accept),
+            });
+            listeners.len() - 1
+        };
+        self.arm_accept(i);
     }
 
     fn push(&self, entry: squeue::Entry) {
@@ -458,7 +482,7 @@ impl Driver {
     }
 
     fn arm_accept(&self, i: usize) {
-        let entry = opcode::AcceptMulti::new(types::Fd(self.listeners[i].fd.as_raw_fd()))
+        let entry = opcode::AcceptMulti::new(types::Fd(self.listeners.borrow()[i].fd.as_raw_fd()))
             .flags(libc::SOCK_CLOEXEC)
             .build()
             .user_data(user_data(i, KIND_ACCEPT));
@@ -674,7 +698,11 @@ impl Driver {
         }
         // SAFETY: the kernel just gave us this descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(res) };
-        let peer = if self.listeners[listener].unix {
+        let (unix, own_handler) = {
+            let l = &self.listeners.borrow()[listener];
+            (l.unix, l.on_accept.clone())
+        };
+        let peer = if unix {
             Peer::Unix
         } else {
             let sock = socket2::SockRef::from(&fd);
@@ -714,7 +742,9 @@ impl Driver {
             driver: current().expect("the driver is installed on its shard thread"),
             sock,
         };
-        if let Some(on_accept) = &*self.on_accept.borrow() {
+        if let Some(handler) = own_handler {
+            handler(stream, peer);
+        } else if let Some(on_accept) = &*self.on_accept.borrow() {
             on_accept(stream, peer);
         }
     }
@@ -838,7 +868,17 @@ impl Driver {
         // 0: working. 1: quiet once, the task counter was reset. 2+: checking the counter.
         let mut quiet = 0u32;
         let mut busy_turns = 0u32;
+        // Executor stalls: the time between the driver yielding its queue and running again
+        // is spent in other tasks; past `STALL_THRESHOLD` it is counted (docs/ARCHITECTURE.md).
+        let metrics = crate::metrics::current().filter(|m| m.enabled);
+        let mut yielded_at: Option<Instant> = None;
         loop {
+            if let (Some(m), Some(at)) = (&metrics, yielded_at) {
+                let gap = at.elapsed();
+                if gap >= crate::metrics::STALL_THRESHOLD {
+                    m.record_stall(gap);
+                }
+            }
             self.flush_dirty();
             let work = self.reap() + self.drain_inbox() + self.fire_timers(Instant::now());
             if work > 0 {
@@ -850,6 +890,7 @@ impl Driver {
                     self.submit();
                     busy_turns = 0;
                 }
+                yielded_at = metrics.as_ref().map(|_| Instant::now());
                 glommio::executor().yield_task_queue_now().await;
                 continue;
             }
@@ -863,6 +904,7 @@ impl Driver {
                 quiet = 0;
                 busy_turns = 0;
             }
+            yielded_at = metrics.as_ref().map(|_| Instant::now());
             glommio::executor().yield_task_queue_now().await;
         }
     }
