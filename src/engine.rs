@@ -773,6 +773,13 @@ fn plan_statement(
                         ),
                     ],
                 ),
+                "ringwire_stats" => {
+                    // `psql` users' shortcut for the per-shard counters.
+                    const SQL: &str = "SELECT * FROM ringwire.shard_stats";
+                    let stmts =
+                        Parser::parse_sql(&PostgreSqlDialect {}, SQL).expect("constant SQL parses");
+                    return plan_statement(&stmts[0], catalog, params, SQL, text, fold);
+                }
                 "time zone" => (Plan::Show("TimeZone".into()), text_col("TimeZone")),
                 "transaction isolation level" => (
                     Plan::Show("transaction_isolation".into()),

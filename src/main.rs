@@ -302,6 +302,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Bound here so "address in use" is a startup error; served by shard 0. Bound before
+    // the listening line, so a client that saw that line can scrape.
+    let metrics_listener = match metrics_listen.map(std::net::TcpListener::bind).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ringwire: cannot listen on --metrics-listen: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(l) = &metrics_listener {
+        if let Ok(addr) = l.local_addr() {
+            log::info!("metrics on http://{addr}/metrics");
+        }
+    }
     // Tests and scripts read this line to find the port when --listen used port 0.
     println!(
         "ringwire listening on {} with {} shard(s)",
@@ -317,20 +331,6 @@ fn main() -> ExitCode {
     );
     if let Some(path) = &listeners.unix_path {
         log::info!("also listening on {}", path.display());
-    }
-    // Bound here so "address in use" is a startup error; served by shard 0.
-    let metrics_listener = match metrics_listen.map(std::net::TcpListener::bind).transpose() {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("ringwire: cannot listen on --metrics-listen: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(l) = &metrics_listener {
-        if let Ok(addr) = l.local_addr() {
-            // Tests read this line to find the port when --metrics-listen used port 0.
-            println!("ringwire metrics on http://{addr}/metrics");
-        }
     }
     let metrics_listener = std::sync::Mutex::new(metrics_listener);
     let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
