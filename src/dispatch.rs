@@ -56,7 +56,7 @@ use crate::compute::storage::{Table, View};
 use crate::compute::{IndexDef, TableDef, TableId, TableRef, Timestamp, TxId};
 use crate::sql::expr::SessionInfo;
 use crate::sql::plan::{self, TablePlan};
-use crate::stats::{self, Counters, ShardStats};
+use crate::stats::{self, Counters, Hist, ShardStats};
 
 /// The shard whose engine holds the compute worker and the sequencer.
 pub const COMPUTE_SHARD: usize = 0;
@@ -275,7 +275,7 @@ pub enum Message {
     },
     StatsReply {
         id: u64,
-        stats: ShardStats,
+        stats: Box<ShardStats>,
     },
 }
 
@@ -431,6 +431,9 @@ pub struct Compute {
     /// is gone, and a [`ReadAt::Frontier`] read below it is moved up to it.
     compacted_below: Cell<Timestamp>,
     commits_since_compaction: Cell<u64>,
+    /// Time to run a peek, in µs (with metrics on).
+    pub peek_us: Hist,
+    metrics_on: bool,
 }
 
 fn deadlock() -> PgError {
@@ -451,6 +454,8 @@ impl Compute {
             last_commit: Cell::new(0),
             compacted_below: Cell::new(0),
             commits_since_compaction: Cell::new(0),
+            peek_us: Hist::default(),
+            metrics_on: metrics_on(),
         }
     }
 
@@ -596,6 +601,21 @@ impl Compute {
     /// Run a SELECT (or COPY TO) plan at `read`, appending its encoded rows to `out`. Returns
     /// the row count and the timestamp read at. On error `out` is as it was.
     pub fn peek_into(
+        &self,
+        plan: &TablePlan,
+        params: &[Value],
+        read: ReadSpec,
+        session: &dyn SessionInfo,
+        formats: &[Format],
+        out: &mut Vec<u8>,
+    ) -> Result<(u64, Timestamp), PgError> {
+        let started = self.metrics_on.then(std::time::Instant::now);
+        let result = self.run_peek(plan, params, read, session, formats, out);
+        self.peek_us.record_since(started);
+        result
+    }
+
+    fn run_peek(
         &self,
         plan: &TablePlan,
         params: &[Value],
@@ -1202,6 +1222,21 @@ const SPARES_MAX: usize = 16;
 /// A reply buffer that grew past this for one large result is not kept.
 const SPARE_ROWS_BYTES_MAX: usize = 256 << 10;
 
+/// What [`Dispatcher::gather_stats`] got: the shards that answered, in shard order, and those
+/// that did not answer in time.
+pub struct Gathered {
+    pub stats: Vec<ShardStats>,
+    pub missing: Vec<usize>,
+}
+
+/// How long a stats gather waits for every shard before answering without the late ones.
+pub const STATS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether this shard records metrics (`--metrics`); true off a shard (unit tests).
+fn metrics_on() -> bool {
+    shards::metrics::current().is_none_or(|m| m.enabled)
+}
+
 /// A `ringwire.shard_stats` query gathering every shard's counters.
 struct StatsGather {
     got: Vec<Option<ShardStats>>,
@@ -1239,7 +1274,10 @@ impl Dispatcher {
             shard_id,
             mesh,
             compute,
-            counters: Counters::default(),
+            counters: Counters {
+                metrics_on: metrics_on(),
+                ..Counters::default()
+            },
             outbox: RefCell::new(Vec::new()),
             flush_scheduled: Cell::new(false),
             flusher: Cell::new(None),
@@ -1277,6 +1315,7 @@ impl Dispatcher {
             Counters::bump(&self.counters.direct_requests);
             return compute.handle(request).await;
         }
+        let started = self.counters.start();
         let id = self.take_slot();
         self.outbox.borrow_mut().push((id as u64, request));
         if !self.flush_scheduled.replace(true) {
@@ -1284,12 +1323,14 @@ impl Dispatcher {
                 flusher.wake();
             }
         }
-        ReplyWait {
+        let reply = ReplyWait {
             dispatcher: self,
             id,
             done: false,
         }
-        .await
+        .await;
+        self.counters.round_trip_us.record_since(started);
+        reply
     }
 
     fn take_slot(&self) -> usize {
@@ -1431,18 +1472,22 @@ impl Dispatcher {
         }
     }
 
-    /// Every shard's counters, this shard's being `local`: one message to each other shard and
-    /// one back. Shards answer from their mesh task, so this waits only for delivery.
-    pub async fn gather_stats(&self, local: ShardStats) -> Vec<ShardStats> {
+    /// Every shard's stats, this shard's being `local` (None: ask this shard over the mesh
+    /// too, as a task that is not the engine does): one message to each shard and one back.
+    /// Shards answer from their mesh drain, so this normally waits only for delivery; a shard
+    /// that has not answered within `timeout` (busy in a task that does not yield) is listed
+    /// in [`Gathered::missing`] instead of holding the caller forever.
+    pub async fn gather_stats(&self, local: Option<ShardStats>, timeout: Duration) -> Gathered {
         let shards = self.mesh.shards();
         let id = self.next_stats_id.get();
         self.next_stats_id.set(id + 1);
         let mut got = vec![None; shards];
-        got[self.shard_id] = Some(local);
+        let ask_self = local.is_none();
+        got[self.shard_id] = local;
         self.stats
             .borrow_mut()
             .insert(id, StatsGather { got, waker: None });
-        for shard in (0..shards).filter(|&s| s != self.shard_id) {
+        for shard in (0..shards).filter(|&s| s != self.shard_id || ask_self) {
             self.send(
                 shard,
                 Message::StatsRequest {
@@ -1454,15 +1499,24 @@ impl Dispatcher {
         struct Gather<'d> {
             dispatcher: &'d Dispatcher,
             id: u64,
+            // `shards::time`: a glommio timer would fire late on the io_uring path.
+            timer: shards::time::Sleep,
         }
         impl Future for Gather<'_> {
-            type Output = Vec<ShardStats>;
-            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<ShardStats>> {
+            type Output = Gathered;
+            fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Gathered> {
+                let timed_out = Pin::new(&mut self.timer).poll(cx).is_ready();
                 let mut all = self.dispatcher.stats.borrow_mut();
                 let gather = all.get_mut(&self.id).expect("registered above");
-                if gather.got.iter().all(Option::is_some) {
+                if timed_out || gather.got.iter().all(Option::is_some) {
                     let gather = all.remove(&self.id).expect("present");
-                    return Poll::Ready(gather.got.into_iter().flatten().collect());
+                    let missing = (0..gather.got.len())
+                        .filter(|&s| gather.got[s].is_none())
+                        .collect();
+                    return Poll::Ready(Gathered {
+                        stats: gather.got.into_iter().flatten().collect(),
+                        missing,
+                    });
                 }
                 gather.waker = Some(cx.waker().clone());
                 Poll::Pending
@@ -1476,6 +1530,7 @@ impl Dispatcher {
         Gather {
             dispatcher: self,
             id,
+            timer: shards::time::sleep(timeout),
         }
         .await
     }

@@ -185,6 +185,14 @@ fn written_table(plan: &TablePlan) -> Option<crate::compute::TableId> {
     }
 }
 
+/// The relation a SELECT (or COPY TO) reads.
+fn plan_table(plan: &TablePlan) -> Option<crate::compute::TableId> {
+    match plan {
+        TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. } => Some(select.table),
+        _ => None,
+    }
+}
+
 impl SessionInfo for Session {
     fn current_setting(&self, name: &str) -> Option<String> {
         self.settings.get(name).map(str::to_string)
@@ -227,6 +235,8 @@ pub struct Frontend {
     /// Snapshots held by this shard's open blocks: timestamp → how many blocks hold it. Its
     /// first key is what this shard publishes in `Shared::holds`.
     held: RefCell<BTreeMap<Timestamp, u32>>,
+    /// The shard's serving-layer metrics, resolved once (None off a shard).
+    metrics: Option<Rc<shards::metrics::ShardMetrics>>,
 }
 
 impl Frontend {
@@ -239,6 +249,7 @@ impl Frontend {
             shared,
             next_tx: Cell::new(1),
             held: RefCell::new(BTreeMap::new()),
+            metrics: shards::metrics::current(),
         }
     }
 
@@ -296,6 +307,11 @@ impl Frontend {
         }
     }
 
+    /// The shard's dispatcher (a metrics endpoint gathers every shard's stats through it).
+    pub fn dispatcher(&self) -> Rc<Dispatcher> {
+        self.dispatcher.clone()
+    }
+
     /// This shard's counters, for `ringwire.shard_stats`.
     fn local_stats(&self) -> ShardStats {
         let c = &self.dispatcher.counters;
@@ -314,6 +330,20 @@ impl Frontend {
             plan_cache_misses,
             open_snapshots: held.values().map(|&n| n as u64).sum(),
             oldest_snapshot: held.keys().next().copied(),
+            serving: match &self.metrics {
+                Some(m) => m.snapshot(),
+                None => {
+                    shards::metrics::ShardMetrics::new(self.dispatcher.shard_id, false).snapshot()
+                }
+            },
+            engine: stats::EngineHistograms {
+                batch_sizes: c.batch_sizes.copy(),
+                round_trip_us: c.round_trip_us.copy(),
+                peek_us: match &self.dispatcher.compute {
+                    Some(compute) => compute.peek_us.copy(),
+                    None => shards::metrics::latency_histogram(),
+                },
+            },
         }
     }
 
@@ -743,6 +773,13 @@ pub(crate) fn plan_statement(
                         ),
                     ],
                 ),
+                "ringwire_stats" => {
+                    // `psql` users' shortcut for the per-shard counters.
+                    const SQL: &str = "SELECT * FROM ringwire.shard_stats";
+                    let stmts =
+                        Parser::parse_sql(&PostgreSqlDialect {}, SQL).expect("constant SQL parses");
+                    return plan_statement(&stmts[0], catalog, params, SQL, text, fold);
+                }
                 "time zone" => (Plan::Show("TimeZone".into()), text_col("TimeZone")),
                 "transaction isolation level" => (
                     Plan::Show("transaction_isolation".into()),
@@ -1115,7 +1152,7 @@ impl Frontend {
                     _ => &mut *cx.out,
                 };
                 // (rows, the timestamp read at; None for the counters, which are not versioned)
-                let peeked = if select.table == stats::SHARD_STATS_ID {
+                let peeked = if stats::is_gathered(select.table) {
                     self.shard_stats(session, plan, params, formats, target)
                         .await
                         .map(|n| (n, None))
@@ -1241,9 +1278,36 @@ impl Frontend {
         formats: &[Format],
         out: &mut Vec<u8>,
     ) -> Result<u64, PgError> {
-        let all = self.dispatcher.gather_stats(self.local_stats()).await;
-        let def = stats::relation("shard_stats").expect("a ringwire relation");
-        let table = dispatch::virtual_table(def, all.iter().map(ShardStats::row).collect());
+        let gathered = self
+            .dispatcher
+            .gather_stats(Some(self.local_stats()), dispatch::STATS_TIMEOUT)
+            .await;
+        if !gathered.missing.is_empty() {
+            log::warn!(
+                "shard {}: shards {:?} did not send their stats within {:?}; answering without them",
+                self.dispatcher.shard_id,
+                gathered.missing,
+                dispatch::STATS_TIMEOUT
+            );
+        }
+        let all = gathered.stats;
+        let (def, rows) = if plan_table(plan) == Some(stats::LATENCY_ID) {
+            let mut rows: Vec<Vec<Value>> = all
+                .iter()
+                .flat_map(|s| s.latency_rows(Some(s.shard)))
+                .collect();
+            if let Some(merged) = stats::merge(&all) {
+                rows.extend(merged.latency_rows(None));
+            }
+            (stats::relation("latency"), rows)
+        } else {
+            (
+                stats::relation("shard_stats"),
+                all.iter().map(ShardStats::row).collect(),
+            )
+        };
+        let def = def.expect("a ringwire relation");
+        let table = dispatch::virtual_table(def, rows);
         session.refresh_peek_session();
         let info = StatementSession {
             session: &session.peek_session,
@@ -1651,10 +1715,15 @@ impl Engine for Frontend {
         match msg {
             Message::StatsRequest { from, id } => {
                 let stats = self.local_stats();
-                self.dispatcher
-                    .send(from, Message::StatsReply { id, stats });
+                self.dispatcher.send(
+                    from,
+                    Message::StatsReply {
+                        id,
+                        stats: Box::new(stats),
+                    },
+                );
             }
-            Message::StatsReply { id, stats } => self.dispatcher.stats_arrived(id, stats),
+            Message::StatsReply { id, stats } => self.dispatcher.stats_arrived(id, *stats),
             msg => self.dispatcher.on_message(msg),
         }
     }

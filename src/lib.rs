@@ -11,6 +11,9 @@
 //!   the `sql_plan` fuzz target and `tests/sql_front_props.rs`.
 //! - [`stats`]: per-shard counters and the `ringwire.shard_stats` / `ringwire.table_stats`
 //!   relations that show them.
+//! - [`stats`]: per-shard counters and histograms and the `ringwire.shard_stats` /
+//!   `ringwire.latency` / `ringwire.table_stats` relations that show them.
+//! - [`metrics_http`]: `--metrics-listen`, the same numbers for Prometheus.
 //!
 //! The path of a Query: `shards` frames and parses the message, calls
 //! `Frontend::simple_query`, which parses with sqlparser, plans each statement, evaluates it and
@@ -21,6 +24,7 @@ pub mod dispatch;
 pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod metrics_http;
 pub mod settings;
 pub mod sql;
 pub mod stats;

@@ -111,9 +111,20 @@ struct Cli {
     #[arg(long, hide = true)]
     wire_floor: bool,
 
-    /// Log level: error, warn, info, debug or trace.
+    /// Log level: error, warn, info, debug or trace. `info` logs one line per connection
+    /// opened or closed and per error sent (with its SQLSTATE), never per successful
+    /// statement. RUST_LOG, when set, overrides it (env_logger syntax, e.g. `ringwire=debug`).
     #[arg(long, default_value = "info")]
     log_level: log::LevelFilter,
+
+    /// Serve `GET /metrics` (Prometheus text format) on this address, from shard 0.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+
+    /// Per-statement recording (latency histograms, bytes, first byte, stalls): `off` only to
+    /// measure what it costs. Connection and error counts are kept either way.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    metrics: OnOff,
 
     #[command(subcommand)]
     command: Option<Command>,
@@ -129,6 +140,12 @@ enum Command {
         #[arg(long)]
         md5: bool,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,6 +228,7 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
             cli.tls_key.as_deref(),
         )?,
         max_connections_per_shard: cli.max_connections_per_shard,
+        metrics_enabled: cli.metrics == OnOff::On,
     })
 }
 
@@ -284,10 +302,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    env_logger::Builder::new()
-        .filter_level(cli.log_level)
-        .format_timestamp_millis()
-        .init();
+    let mut logger = env_logger::Builder::new();
+    logger.filter_level(cli.log_level).format_timestamp_millis();
+    if let Ok(spec) = std::env::var("RUST_LOG") {
+        logger.parse_filters(&spec);
+    }
+    logger.init();
+    let metrics_listen = cli.metrics_listen;
     let config = match build_config(cli).and_then(|c| c.preflight().map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
@@ -307,6 +328,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Bound here so "address in use" is a startup error; served by shard 0. Bound before
+    // the listening line, so a client that saw that line can scrape.
+    let metrics_listener = match metrics_listen.map(std::net::TcpListener::bind).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ringwire: cannot listen on --metrics-listen: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(l) = &metrics_listener {
+        if let Ok(addr) = l.local_addr() {
+            log::info!("metrics on http://{addr}/metrics");
+        }
+    }
     // Tests and scripts read this line to find the port when --listen used port 0.
     println!(
         "ringwire listening on {} with {} shard(s)",
@@ -328,9 +363,18 @@ fn main() -> ExitCode {
         if config.tls.enabled() { "on" } else { "off" },
         config.tls.mode
     );
+    let metrics_listener = std::sync::Mutex::new(metrics_listener);
     let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
     match shards::runtime::run(config, listeners, move |mesh| {
-        Frontend::new(mesh, shared.clone())
+        let shard = mesh.shard_id;
+        let frontend = Frontend::new(mesh, shared.clone());
+        if shard == 0 {
+            let listener = metrics_listener.lock().map(|mut l| l.take());
+            if let Ok(Some(listener)) = listener {
+                ringwire::metrics_http::spawn(listener, frontend.dispatcher());
+            }
+        }
+        frontend
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

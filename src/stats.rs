@@ -7,11 +7,21 @@
 //! query over the rows locally. `ringwire.table_stats` is answered by the compute, which holds
 //! the tables.
 //!
-//! Both relations are read-only and live in the `ringwire` schema, so they never clash with a
+//! `ringwire.latency` is gathered the same way: one row per shard and per kind of latency
+//! (statements by protocol and kind, receive → first byte, dispatcher round trip, compute
+//! peek), plus the same rows merged over all shards (`shard` NULL). The serving layer's numbers
+//! come from `shards::metrics` (each shard's [`shards::metrics::ShardMetrics`], resolved once
+//! by the engine); the metrics endpoint (`crate::metrics_http`) renders the same gather.
+//!
+//! The relations are read-only and live in the `ringwire` schema, so they never clash with a
 //! user's table of the same name.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use shards::metrics::{latency_histogram, MetricsSnapshot, KINDS, PROTOCOLS};
 
 use protocol::types::{Scalar, Type, Value};
 
@@ -37,6 +47,38 @@ pub struct Counters {
     pub requests_sent: Cell<u64>,
     /// The largest batch sent.
     pub batch_max: Cell<u64>,
+    /// Requests per batch sent, and the time from queuing a request to its reply (µs).
+    pub batch_sizes: Hist,
+    pub round_trip_us: Hist,
+    /// False with `--metrics off`: the histograms above record nothing.
+    pub metrics_on: bool,
+}
+
+/// A fixed-bounds histogram written only by its shard (never resized, so recording never
+/// allocates).
+pub struct Hist(pub RefCell<Histogram<u64>>);
+
+impl Default for Hist {
+    fn default() -> Hist {
+        Hist(RefCell::new(latency_histogram()))
+    }
+}
+
+impl Hist {
+    pub fn record(&self, value: u64) {
+        self.0.borrow_mut().saturating_record(value.max(1));
+    }
+
+    /// Record the microseconds since `started`, if the clock was read (metrics on).
+    pub fn record_since(&self, started: Option<Instant>) {
+        if let Some(started) = started {
+            self.record(started.elapsed().as_micros() as u64);
+        }
+    }
+
+    pub fn copy(&self) -> Histogram<u64> {
+        self.0.borrow().clone()
+    }
 }
 
 impl Counters {
@@ -49,11 +91,40 @@ impl Counters {
         self.requests_sent
             .set(self.requests_sent.get() + size as u64);
         self.batch_max.set(self.batch_max.get().max(size as u64));
+        if self.metrics_on {
+            self.batch_sizes.record(size as u64);
+        }
+    }
+
+    /// The clock, if metrics are on.
+    pub fn start(&self) -> Option<Instant> {
+        self.metrics_on.then(Instant::now)
     }
 }
 
-/// What one shard reports for `ringwire.shard_stats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The engine's histograms of one shard (or merged): requests per dispatcher batch,
+/// dispatcher round trip and compute peek time in µs (peeks only on the compute shard).
+#[derive(Clone, Debug)]
+pub struct EngineHistograms {
+    pub batch_sizes: Histogram<u64>,
+    pub round_trip_us: Histogram<u64>,
+    pub peek_us: Histogram<u64>,
+}
+
+impl EngineHistograms {
+    fn merge(&mut self, other: &EngineHistograms) {
+        for (a, b) in [
+            (&mut self.batch_sizes, &other.batch_sizes),
+            (&mut self.round_trip_us, &other.round_trip_us),
+            (&mut self.peek_us, &other.peek_us),
+        ] {
+            a.add(b).expect("histograms with equal bounds add");
+        }
+    }
+}
+
+/// What one shard reports for `ringwire.shard_stats`, `ringwire.latency` and `/metrics`.
+#[derive(Clone, Debug)]
 pub struct ShardStats {
     pub shard: usize,
     pub oracle_hits: u64,
@@ -68,12 +139,42 @@ pub struct ShardStats {
     /// Transaction blocks on this shard holding a snapshot, and the oldest one.
     pub open_snapshots: u64,
     pub oldest_snapshot: Option<u64>,
+    /// The serving layer's numbers (connections, statements, bytes, errors, stalls).
+    pub serving: MetricsSnapshot,
+    pub engine: EngineHistograms,
+}
+
+/// Every shard's stats added up: counters summed, histograms added exactly.
+pub fn merge(all: &[ShardStats]) -> Option<ShardStats> {
+    let (first, rest) = all.split_first()?;
+    let mut m = first.clone();
+    for s in rest {
+        m.oracle_hits += s.oracle_hits;
+        m.oracle_misses += s.oracle_misses;
+        m.latest_reads += s.latest_reads;
+        m.direct_requests += s.direct_requests;
+        m.batches_sent += s.batches_sent;
+        m.requests_sent += s.requests_sent;
+        m.batch_max = m.batch_max.max(s.batch_max);
+        m.plan_cache_hits += s.plan_cache_hits;
+        m.plan_cache_misses += s.plan_cache_misses;
+        m.open_snapshots += s.open_snapshots;
+        m.oldest_snapshot = match (m.oldest_snapshot, s.oldest_snapshot) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        m.serving.merge(&s.serving);
+        m.engine.merge(&s.engine);
+    }
+    Some(m)
 }
 
 /// `ringwire.shard_stats`: one row per shard.
 pub const SHARD_STATS_ID: TableId = TableId::MAX;
 /// `ringwire.table_stats`: one row per table, from the compute.
 pub const TABLE_STATS_ID: TableId = TableId::MAX - 1;
+/// `ringwire.latency`: latency quantiles per shard and merged.
+pub const LATENCY_ID: TableId = TableId::MAX - 2;
 
 const INT4: Type = Type {
     scalar: Scalar::Int4,
@@ -85,6 +186,10 @@ const INT8: Type = Type {
 };
 const TEXT: Type = Type {
     scalar: Scalar::Text,
+    array: false,
+};
+const FLOAT8: Type = Type {
+    scalar: Scalar::Float8,
     array: false,
 };
 
@@ -111,6 +216,7 @@ fn def(id: TableId, name: &str, columns: &[(&str, Type)]) -> TableRef {
 pub fn relation(name: &str) -> Option<TableRef> {
     static SHARD_STATS: OnceLock<TableRef> = OnceLock::new();
     static TABLE_STATS: OnceLock<TableRef> = OnceLock::new();
+    static LATENCY: OnceLock<TableRef> = OnceLock::new();
     match name {
         "shard_stats" => Some(
             SHARD_STATS
@@ -131,6 +237,18 @@ pub fn relation(name: &str) -> Option<TableRef> {
                             ("plan_cache_misses", INT8),
                             ("open_snapshots", INT8),
                             ("oldest_snapshot", INT8),
+                            ("statements", INT8),
+                            ("connections_open", INT8),
+                            ("connections_opened", INT8),
+                            ("connections_closed", INT8),
+                            ("connections_rejected", INT8),
+                            ("bytes_in", INT8),
+                            ("bytes_out", INT8),
+                            ("errors", INT8),
+                            ("executor_stalls", INT8),
+                            ("executor_stall_us_max", INT8),
+                            ("batch_size_p50", INT8),
+                            ("batch_size_p99", INT8),
                         ],
                     )
                 })
@@ -152,6 +270,27 @@ pub fn relation(name: &str) -> Option<TableRef> {
                 })
                 .clone(),
         ),
+        "latency" => Some(
+            LATENCY
+                .get_or_init(|| {
+                    def(
+                        LATENCY_ID,
+                        "latency",
+                        &[
+                            ("shard", INT4),
+                            ("protocol", TEXT),
+                            ("kind", TEXT),
+                            ("count", INT8),
+                            ("mean_us", FLOAT8),
+                            ("p50_us", INT8),
+                            ("p99_us", INT8),
+                            ("p999_us", INT8),
+                            ("max_us", INT8),
+                        ],
+                    )
+                })
+                .clone(),
+        ),
         _ => None,
     }
 }
@@ -159,7 +298,12 @@ pub fn relation(name: &str) -> Option<TableRef> {
 /// Whether `id` is one of the `ringwire.*` relations (read-only, not held by the compute's
 /// tables).
 pub fn is_virtual(id: TableId) -> bool {
-    id == SHARD_STATS_ID || id == TABLE_STATS_ID
+    id == SHARD_STATS_ID || id == TABLE_STATS_ID || id == LATENCY_ID
+}
+
+/// Whether `id` is a relation gathered from every shard (not answered by the compute).
+pub fn is_gathered(id: TableId) -> bool {
+    id == SHARD_STATS_ID || id == LATENCY_ID
 }
 
 fn int8(n: u64) -> Value {
@@ -182,7 +326,66 @@ impl ShardStats {
             int8(self.plan_cache_misses),
             int8(self.open_snapshots),
             self.oldest_snapshot.map_or(Value::Null, int8),
+            int8(self.serving.statements.iter().sum()),
+            int8(self.serving.connections_open()),
+            int8(self.serving.connections_opened),
+            int8(self.serving.connections_closed),
+            int8(self.serving.connections_rejected),
+            int8(self.serving.bytes_in),
+            int8(self.serving.bytes_out),
+            int8(self.serving.errors.iter().map(|(_, n)| n).sum()),
+            int8(self.serving.stalls),
+            int8(self.serving.stall_us_max),
+            int8(self.engine.batch_sizes.value_at_quantile(0.5)),
+            int8(self.engine.batch_sizes.value_at_quantile(0.99)),
         ]
+    }
+
+    /// Every latency this shard (or merge) keeps, as (protocol, kind, histogram, sum in µs;
+    /// None where no exact sum is kept).
+    pub fn latencies(&self) -> Vec<(&'static str, &'static str, &Histogram<u64>, Option<u64>)> {
+        let s = &self.serving;
+        let mut all = Vec::new();
+        for (p, pname) in PROTOCOLS {
+            for (k, kname) in KINDS {
+                let i = shards::metrics::series(p, k);
+                all.push((pname, kname, &s.latency_us[i], Some(s.latency_sum_us[i])));
+            }
+        }
+        all.push((
+            "any",
+            "first_byte",
+            &s.first_byte_us,
+            Some(s.first_byte_sum_us),
+        ));
+        all.push((
+            "any",
+            "dispatch_round_trip",
+            &self.engine.round_trip_us,
+            None,
+        ));
+        all.push(("any", "compute_peek", &self.engine.peek_us, None));
+        all
+    }
+
+    /// This shard's rows of `ringwire.latency`; `shard` None for the merged rows.
+    pub fn latency_rows(&self, shard: Option<usize>) -> Vec<Vec<Value>> {
+        self.latencies()
+            .into_iter()
+            .map(|(p, k, h, _)| {
+                vec![
+                    shard.map_or(Value::Null, |s| Value::Int4(s as i32)),
+                    Value::Text(p.to_string()),
+                    Value::Text(k.to_string()),
+                    int8(h.len()),
+                    Value::Float8(if h.is_empty() { 0.0 } else { h.mean() }),
+                    int8(h.value_at_quantile(0.5)),
+                    int8(h.value_at_quantile(0.99)),
+                    int8(h.value_at_quantile(0.999)),
+                    int8(h.max()),
+                ]
+            })
+            .collect()
     }
 }
 

@@ -53,6 +53,8 @@ pub struct ServerConfig {
     /// Connections open at once on one shard (None: only the global limit); one more gets
     /// FATAL 53300 like the global limit.
     pub max_connections_per_shard: Option<usize>,
+    /// Record per-statement metrics (`--metrics on`); off only to measure what recording costs.
+    pub metrics_enabled: bool,
 }
 
 /// The socket path under the connection state machine.
@@ -79,6 +81,7 @@ impl Default for ServerConfig {
             unix_socket_dir: None,
             tls: crate::tls::Tls::default(),
             max_connections_per_shard: None,
+            metrics_enabled: true,
         }
     }
 }

@@ -26,6 +26,7 @@ use protocol::{PgError, Severity, SqlState};
 use crate::auth::{authenticate, ChannelBinding, Client};
 use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
 use crate::limits;
+use crate::metrics::{kind_of_reply, Protocol};
 use crate::shard::Shard;
 use crate::tls::{self, Transport};
 use crate::uring::Peer;
@@ -401,6 +402,9 @@ impl<E: Engine> Conn<E> {
         mut out: Vec<u8>,
     ) -> End {
         let max = self.shard.config.max_message_bytes;
+        // When the bytes being handled arrived (with metrics on): the first flush after it
+        // records receive → first byte sent.
+        let mut received: Option<std::time::Instant> = None;
         loop {
             // Handle every complete message already received, then flush once.
             loop {
@@ -448,11 +452,13 @@ impl<E: Engine> Conn<E> {
                     Err(e) => return self.fatal(stream, &mut out, e).await,
                 }
                 if out.len() >= FLUSH_BYTES || self.flush_requested.replace(false) {
+                    self.note_flush(&mut received, &out);
                     if let Err(e) = flush(stream, &mut out).await {
                         return End::Io(e);
                     }
                 }
             }
+            self.note_flush(&mut received, &out);
             if let Err(e) = flush(stream, &mut out).await {
                 return End::Io(e);
             }
@@ -470,8 +476,13 @@ impl<E: Engine> Conn<E> {
                         .idle_in_transaction_ms
                 }
             };
+            let buffered = rbuf.data().len();
             match limits::unless_idle_too_long(rbuf.fill(stream, want), idle_limit_ms).await {
-                Some(Ok(true)) => {}
+                Some(Ok(true)) => {
+                    let metrics = &self.shard.metrics;
+                    metrics.record_bytes_in(rbuf.data().len() - buffered);
+                    received = received.or_else(|| metrics.start());
+                }
                 Some(Ok(false)) => return End::ClientClosed,
                 Some(Err(e)) => return End::Io(e),
                 None => {
@@ -480,6 +491,32 @@ impl<E: Engine> Conn<E> {
                 }
             }
         }
+    }
+
+    /// Reply bytes are about to be handed to the socket: count them, and the time since the
+    /// request bytes arrived if this is the first flush since.
+    fn note_flush(&self, received: &mut Option<std::time::Instant>, out: &[u8]) {
+        if out.is_empty() {
+            return;
+        }
+        let metrics = &self.shard.metrics;
+        metrics.record_bytes_out(out.len());
+        if let Some(at) = received.take() {
+            metrics.record_first_byte(at);
+        }
+    }
+
+    /// An ErrorResponse goes to the client: counted by SQLSTATE and logged (one line per
+    /// error; successful statements log nothing).
+    fn note_error(&self, e: &PgError) {
+        self.shard.metrics.record_error(e.code.0);
+        log::info!(
+            "shard {} pid {}: ERROR {}: {}",
+            self.shard.id,
+            self.info.process_id,
+            String::from_utf8_lossy(&e.code.0),
+            e.message
+        );
     }
 
     async fn fatal<S: AsyncWrite + Unpin>(
@@ -499,6 +536,7 @@ impl<E: Engine> Conn<E> {
 
     /// An error in an extended-protocol message: report it, then ignore messages until Sync.
     fn fail_extended(&mut self, out: &mut Vec<u8>, e: PgError) {
+        self.note_error(&e);
         backend::write_error(out, &e);
         self.error_in_cycle = true;
         self.skip_until_sync = true;
@@ -573,6 +611,7 @@ impl<E: Engine> Conn<E> {
     /// An error ending a simple-protocol cycle: report it, fail an open transaction block,
     /// and be ready for the next query.
     fn fail_simple(&mut self, out: &mut Vec<u8>, e: PgError) {
+        self.note_error(&e);
         backend::write_error(out, &e);
         self.error_in_cycle = true;
         if self.tx == TransactionStatus::InBlock {
@@ -626,10 +665,19 @@ impl<E: Engine> Conn<E> {
                 self.portals.remove("");
                 self.cancel.reset();
                 let timeout_ms = engine.timeouts(&self.session).statement_ms;
+                let started = self.shard.metrics.start();
+                let mark = out.len();
                 let cancel = &self.cancel;
                 let mut cx = cx!(self, out);
                 let query = engine.simple_query(&mut cx, sql);
-                match limits::with_statement_timeout(query, timeout_ms, cancel).await {
+                let result = limits::with_statement_timeout(query, timeout_ms, cancel).await;
+                if started.is_some() {
+                    let kind = kind_of_reply(out, mark);
+                    self.shard
+                        .metrics
+                        .record_statement(started, Protocol::Simple, kind);
+                }
+                match result {
                     // COPY FROM STDIN: ReadyForQuery waits until the data is in.
                     Ok(()) if self.copy_in_started => {
                         self.copy_in_started = false;
@@ -704,6 +752,9 @@ impl<E: Engine> Conn<E> {
                 self.cancel.reset();
                 let timeout_ms = engine.timeouts(&self.session).statement_ms;
                 let max_rows = if max_rows <= 0 { 0 } else { max_rows as u32 };
+                let metrics = &self.shard.metrics;
+                let started = metrics.start();
+                let mark = out.len();
                 let mut cx = Cx {
                     session: &mut self.session,
                     out,
@@ -716,7 +767,12 @@ impl<E: Engine> Conn<E> {
                     copy_in: &mut self.copy_in_started,
                 };
                 let execution = engine.execute(&mut cx, p, max_rows);
-                match limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await {
+                let result =
+                    limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await;
+                if started.is_some() {
+                    metrics.record_statement(started, Protocol::Extended, kind_of_reply(out, mark));
+                }
+                match result {
                     Ok(Execution::Complete) => {}
                     Ok(Execution::Suspended) => backend::write_portal_suspended(out),
                     Err(e) if e.severity == Severity::Fatal => return Err(e),

@@ -13,6 +13,8 @@
 //! - [`uring`]: the shard's own io_uring socket path (the default); [`time`]: timers that
 //!   work on both paths.
 //! - [`tls`]: SSLRequest/direct TLS negotiation and the plain-or-TLS stream under `conn`.
+//! - [`metrics`]: per-shard histograms and counters of the serving layer, merged on demand;
+//!   [`side`]: side listeners (the metrics endpoint) served by a shard on either path.
 //!
 //! What crosses cores: only CancelRequests (over flume channels, to the shard whose id is in
 //! the process id) and the connection count (one atomic add per connect).
@@ -22,8 +24,10 @@ pub mod config;
 mod conn;
 pub mod engine;
 pub mod limits;
+pub mod metrics;
 pub mod runtime;
 mod shard;
+pub mod side;
 pub mod time;
 pub mod tls;
 pub mod uring;

@@ -236,6 +236,10 @@ where
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
             .spawn(move || async move {
+                crate::metrics::install(Rc::new(crate::metrics::ShardMetrics::new(
+                    id,
+                    config.metrics_enabled,
+                )));
                 // On the io_uring path the driver comes first: the engine may start tasks that
                 // use timers, and `shards::time` finds the driver when a timer is created.
                 let mut glommio_listener = None;
@@ -434,12 +438,21 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let within_limit = shard.connection_opened();
+    shard.metrics.connection_opened();
+    if !within_limit {
+        shard.metrics.connection_rejected();
+    }
+    log::info!("shard {}: connection from {peer:?} opened", shard.id);
     glommio::spawn_local(async move {
         let end = serve(shard.clone(), stream, peer, !within_limit).await;
         shard.connection_closed();
+        shard.metrics.connection_closed();
+        if let End::Fatal(e) = &end {
+            shard.metrics.record_error(e.code.0);
+        }
         match end {
             End::ClientClosed | End::Terminated | End::CancelRequest => {
-                log::debug!(
+                log::info!(
                     "shard {}: connection from {peer:?} closed ({end:?})",
                     shard.id
                 )

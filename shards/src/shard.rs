@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::config::ServerConfig;
 use crate::engine::{CancelToken, Engine};
+use crate::metrics::ShardMetrics;
 use crate::uring::Doorbell;
 
 /// A CancelRequest that arrived on another shard, forwarded to the owner.
@@ -42,6 +43,8 @@ pub(crate) struct Shard<E: Engine> {
     open_here: Cell<usize>,
     /// With `ServerConfig::wire_floor`: the prebuilt reply to every Query.
     pub wire_floor_reply: Option<Vec<u8>>,
+    /// This shard's metrics (installed when the shard started, see `metrics::current`).
+    pub metrics: Rc<ShardMetrics>,
 }
 
 impl<E: Engine> Shard<E> {
@@ -68,6 +71,7 @@ impl<E: Engine> Shard<E> {
             next_serial: Cell::new(1),
             open_connections,
             open_here: Cell::new(0),
+            metrics: crate::metrics::current().expect("metrics are installed when a shard starts"),
         }
     }
 

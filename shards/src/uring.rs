@@ -338,6 +338,9 @@ impl Socket {
 struct Listener {
     fd: OwnedFd,
     unix: bool,
+    /// Its own accept handler (a side listener such as `--metrics-listen`); None: the
+    /// shard's pgwire handler.
+    on_accept: Option<Rc<dyn Fn(UringStream, Peer)>>,
 }
 
 /// What the driver does with a freshly accepted connection (spawn its task).
@@ -358,7 +361,7 @@ pub struct Driver {
     /// Sockets with something for the driver to submit (send, re-arm, cancel).
     dirty: RefCell<Vec<Rc<Socket>>>,
     dirty_spare: Cell<Vec<Rc<Socket>>>,
-    listeners: Vec<Listener>,
+    listeners: RefCell<Vec<Listener>>,
     on_accept: RefCell<Option<OnAccept>>,
     unix_deal: RefCell<Option<UnixDeal>>,
     /// Accepts to re-arm (after an error such as EMFILE, at the given time).
@@ -404,10 +407,16 @@ impl Driver {
             free: RefCell::new(Vec::new()),
             dirty: RefCell::new(Vec::new()),
             dirty_spare: Cell::new(Vec::new()),
-            listeners: listeners
-                .into_iter()
-                .map(|(fd, unix)| Listener { fd, unix })
-                .collect(),
+            listeners: RefCell::new(
+                listeners
+                    .into_iter()
+                    .map(|(fd, unix)| Listener {
+                        fd,
+                        unix,
+                        on_accept: None,
+                    })
+                    .collect(),
+            ),
             on_accept: RefCell::new(None),
             unix_deal: RefCell::new(None),
             accept_retry: RefCell::new(Vec::new()),
@@ -421,7 +430,7 @@ impl Driver {
             sends_queued: Cell::new(0),
             min_timeout,
         });
-        for i in 0..driver.listeners.len() {
+        for i in 0..driver.listeners.borrow().len() {
             driver.arm_accept(i);
         }
         driver.arm_bell();
@@ -448,6 +457,21 @@ impl Driver {
         *self.unix_deal.borrow_mut() = Some(deal);
     }
 
+    /// Accept on one more listening socket, with its own handler (not the shard's pgwire
+    /// handler): how a side listener such as `--metrics-listen` is served on this path.
+    pub fn add_listener(&self, fd: OwnedFd, on_accept: Rc<dyn Fn(UringStream, Peer)>) {
+        let i = {
+            let mut listeners = self.listeners.borrow_mut();
+            listeners.push(Listener {
+                fd,
+                unix: false,
+                on_accept: Some(on_accept),
+            });
+            listeners.len() - 1
+        };
+        self.arm_accept(i);
+    }
+
     fn push(&self, entry: squeue::Entry) {
         self.backlog.borrow_mut().push(entry);
     }
@@ -471,7 +495,7 @@ impl Driver {
     }
 
     fn arm_accept(&self, i: usize) {
-        let entry = opcode::AcceptMulti::new(types::Fd(self.listeners[i].fd.as_raw_fd()))
+        let entry = opcode::AcceptMulti::new(types::Fd(self.listeners.borrow()[i].fd.as_raw_fd()))
             .flags(libc::SOCK_CLOEXEC)
             .build()
             .user_data(user_data(i, KIND_ACCEPT));
@@ -687,13 +711,17 @@ impl Driver {
         }
         // SAFETY: the kernel just gave us this descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(res) };
-        let peer = if self.listeners[listener].unix {
+        let (unix, own_handler) = {
+            let l = &self.listeners.borrow()[listener];
+            (l.unix, l.on_accept.clone())
+        };
+        let peer = if unix {
             let kept = match &*self.unix_deal.borrow() {
                 Some(deal) => deal(fd),
                 None => Some(fd),
             };
             match kept {
-                Some(fd) => return self.adopt(fd, Peer::Unix),
+                Some(fd) => return self.serve_socket(fd, Peer::Unix, own_handler),
                 None => return,
             }
         } else {
@@ -704,13 +732,22 @@ impl Driver {
                 None => return, // Gone already.
             }
         };
-        self.adopt(fd, peer);
+        self.serve_socket(fd, peer, own_handler);
     }
 
-    /// Serve a connected socket on this shard: arm its receive and hand its stream to the
-    /// accept handler. Used for accepted sockets and for Unix connections dealt here by
-    /// another shard.
+    /// Serve a Unix connection another shard accepted and dealt to this one.
     pub fn adopt(&self, fd: OwnedFd, peer: Peer) {
+        self.serve_socket(fd, peer, None);
+    }
+
+    /// Arm a connected socket's receive and hand its stream to `handler`, or to the shard's
+    /// pgwire handler.
+    fn serve_socket(
+        &self,
+        fd: OwnedFd,
+        peer: Peer,
+        handler: Option<Rc<dyn Fn(UringStream, Peer)>>,
+    ) {
         let index = self.free.borrow_mut().pop().unwrap_or_else(|| {
             let mut sockets = self.sockets.borrow_mut();
             sockets.push(None);
@@ -741,7 +778,9 @@ impl Driver {
             driver: current().expect("the driver is installed on its shard thread"),
             sock,
         };
-        if let Some(on_accept) = &*self.on_accept.borrow() {
+        if let Some(handler) = handler {
+            handler(stream, peer);
+        } else if let Some(on_accept) = &*self.on_accept.borrow() {
             on_accept(stream, peer);
         }
     }
@@ -865,7 +904,17 @@ impl Driver {
         // 0: working. 1: quiet once, the task counter was reset. 2+: checking the counter.
         let mut quiet = 0u32;
         let mut busy_turns = 0u32;
+        // Executor stalls: the time between the driver yielding its queue and running again
+        // is spent in other tasks; past `STALL_THRESHOLD` it is counted (docs/ARCHITECTURE.md).
+        let metrics = crate::metrics::current().filter(|m| m.enabled);
+        let mut yielded_at: Option<Instant> = None;
         loop {
+            if let (Some(m), Some(at)) = (&metrics, yielded_at) {
+                let gap = at.elapsed();
+                if gap >= crate::metrics::STALL_THRESHOLD {
+                    m.record_stall(gap);
+                }
+            }
             self.flush_dirty();
             let work = self.reap() + self.drain_inbox() + self.fire_timers(Instant::now());
             if work > 0 {
@@ -877,6 +926,7 @@ impl Driver {
                     self.submit();
                     busy_turns = 0;
                 }
+                yielded_at = metrics.as_ref().map(|_| Instant::now());
                 glommio::executor().yield_task_queue_now().await;
                 continue;
             }
@@ -890,6 +940,7 @@ impl Driver {
                 quiet = 0;
                 busy_turns = 0;
             }
+            yielded_at = metrics.as_ref().map(|_| Instant::now());
             glommio::executor().yield_task_queue_now().await;
         }
     }

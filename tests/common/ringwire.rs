@@ -68,8 +68,8 @@ impl Ringwire {
         if !extra.iter().any(|a| *a == "--cores" || *a == "--shards") {
             cmd.args(["--shards", "2"]);
         }
-        let socket_dir = (unix_transport() && !extra.contains(&"--unix-socket-dir"))
-            .then(SocketDir::new);
+        let socket_dir =
+            (unix_transport() && !extra.contains(&"--unix-socket-dir")).then(SocketDir::new);
         if let Some(dir) = &socket_dir {
             cmd.args(["--unix-socket-dir", dir.as_str()]);
         }

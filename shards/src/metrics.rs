@@ -1,0 +1,384 @@
+//! Per-shard metrics of the serving layer: statement latency, receive → first byte, connections,
+//! bytes, errors by SQLSTATE, executor stalls.
+//!
+//! # Cost
+//! Each shard owns one [`ShardMetrics`] in an `Rc`, written only from its own thread: plain
+//! `Cell`s and `RefCell<Histogram>`s, no atomics, no shared cache line, no hashing, no
+//! formatting and no allocation per statement (the histograms have fixed bounds and are
+//! recorded with `saturating_record`, which never resizes). Connections resolve the handle
+//! once, when they start. With `--metrics off` every `record_*` returns before reading the
+//! clock, so the cost of recording can be measured (docs/PERF.md, "Metrics cost").
+//!
+//! # Merging
+//! Nothing is merged until someone asks: [`ShardMetrics::snapshot`] copies the shard's numbers
+//! into a `Send` [`MetricsSnapshot`], which the engine gathers from every shard over its mesh
+//! (the same messages as `ringwire.shard_stats`) and [`MetricsSnapshot::merge`] adds up
+//! (histograms add exactly: same bounds, bucket by bucket).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// Largest value the latency histograms hold, in microseconds (60 s); longer saturates.
+pub const LATENCY_US_MAX: u64 = 60_000_000;
+/// Two significant digits: 1% resolution, ~40 KiB per histogram. The exported quantiles need
+/// no more, and a shard holds about a dozen of these.
+const SIGNIFICANT_DIGITS: u8 = 2;
+/// A gap this long between two turns of the io_uring driver is an executor stall: one task
+/// held the shard's thread without yielding, and every other connection's I/O waited.
+pub const STALL_THRESHOLD: Duration = Duration::from_millis(10);
+
+/// A latency histogram in microseconds, 1 µs to [`LATENCY_US_MAX`].
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_US_MAX, SIGNIFICANT_DIGITS)
+        .expect("constant bounds are valid")
+}
+
+/// Which protocol ran a statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// A simple Query message (one histogram entry per message).
+    Simple = 0,
+    /// An Execute message of the extended protocol.
+    Extended = 1,
+}
+
+/// What a statement was, read from its CommandComplete tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Select = 0,
+    Insert = 1,
+    Update = 2,
+    /// Everything else, including statements that failed or were suspended.
+    Other = 3,
+}
+
+pub const PROTOCOLS: [(Protocol, &str); 2] = [
+    (Protocol::Simple, "simple"),
+    (Protocol::Extended, "extended"),
+];
+pub const KINDS: [(Kind, &str); 4] = [
+    (Kind::Select, "select"),
+    (Kind::Insert, "insert"),
+    (Kind::Update, "update"),
+    (Kind::Other, "other"),
+];
+const SERIES: usize = PROTOCOLS.len() * KINDS.len();
+
+/// Index of a (protocol, kind) series in the arrays below.
+pub fn series(protocol: Protocol, kind: Kind) -> usize {
+    protocol as usize * KINDS.len() + kind as usize
+}
+
+/// The kind of the statement whose reply ends `out`: the tag of a CommandComplete that is the
+/// last message in the buffer. Looks at most 64 bytes back, so it costs the same for a
+/// one-row and a million-row result; anything else (an error, PortalSuspended, an empty query,
+/// COPY) is [`Kind::Other`].
+pub fn kind_of_reply(out: &[u8], since: usize) -> Kind {
+    let out = &out[since.min(out.len())..];
+    if out.last() != Some(&0) {
+        return Kind::Other;
+    }
+    let end = out.len();
+    // A CommandComplete is 'C', a 4-byte length counting itself and the NUL-terminated tag.
+    for start in (end.saturating_sub(64)..end.saturating_sub(6)).rev() {
+        if out[start] != b'C' {
+            continue;
+        }
+        let len = u32::from_be_bytes(out[start + 1..start + 5].try_into().expect("4 bytes"));
+        if len as usize == end - start - 1 {
+            let tag = &out[start + 5..];
+            return match tag.get(..6) {
+                Some(b"SELECT") => Kind::Select,
+                Some(b"INSERT") => Kind::Insert,
+                Some(b"UPDATE") => Kind::Update,
+                _ => Kind::Other,
+            };
+        }
+    }
+    Kind::Other
+}
+
+/// One shard's serving-layer metrics. Only that shard's thread touches them.
+pub struct ShardMetrics {
+    pub shard: usize,
+    /// False with `--metrics off`: nothing is recorded and the clock is not read.
+    pub enabled: bool,
+    latency_us: [RefCell<Histogram<u64>>; SERIES],
+    latency_sum_us: [Cell<u64>; SERIES],
+    statements: [Cell<u64>; SERIES],
+    first_byte_us: RefCell<Histogram<u64>>,
+    first_byte_sum_us: Cell<u64>,
+    connections_opened: Cell<u64>,
+    connections_closed: Cell<u64>,
+    connections_rejected: Cell<u64>,
+    bytes_in: Cell<u64>,
+    bytes_out: Cell<u64>,
+    /// Errors sent to clients, by SQLSTATE. Touched only when an error is reported (never on
+    /// a successful statement); a short vector searched linearly.
+    errors: RefCell<Vec<([u8; 5], u64)>>,
+    stalls: Cell<u64>,
+    stall_us_total: Cell<u64>,
+    stall_us_max: Cell<u64>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<ShardMetrics>>> = const { RefCell::new(None) };
+}
+
+/// The metrics of the shard running on this thread (installed when the shard starts). Code
+/// on the shard resolves this once and keeps the `Rc`.
+pub fn current() -> Option<Rc<ShardMetrics>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Install `metrics` as this thread's shard metrics.
+pub(crate) fn install(metrics: Rc<ShardMetrics>) {
+    CURRENT.with(|c| *c.borrow_mut() = Some(metrics));
+}
+
+impl ShardMetrics {
+    pub fn new(shard: usize, enabled: bool) -> ShardMetrics {
+        ShardMetrics {
+            shard,
+            enabled,
+            latency_us: std::array::from_fn(|_| RefCell::new(latency_histogram())),
+            latency_sum_us: Default::default(),
+            statements: Default::default(),
+            first_byte_us: RefCell::new(latency_histogram()),
+            first_byte_sum_us: Cell::new(0),
+            connections_opened: Cell::new(0),
+            connections_closed: Cell::new(0),
+            connections_rejected: Cell::new(0),
+            bytes_in: Cell::new(0),
+            bytes_out: Cell::new(0),
+            errors: RefCell::new(Vec::new()),
+            stalls: Cell::new(0),
+            stall_us_total: Cell::new(0),
+            stall_us_max: Cell::new(0),
+        }
+    }
+
+    /// The clock, or None when recording is off (so a disabled shard never reads it).
+    #[inline]
+    pub fn start(&self) -> Option<Instant> {
+        self.enabled.then(Instant::now)
+    }
+
+    /// A statement that started at `started` (from [`ShardMetrics::start`]) finished.
+    #[inline]
+    pub fn record_statement(&self, started: Option<Instant>, protocol: Protocol, kind: Kind) {
+        let Some(started) = started else { return };
+        let us = started.elapsed().as_micros() as u64;
+        let i = series(protocol, kind);
+        self.latency_us[i].borrow_mut().saturating_record(us.max(1));
+        bump_by(&self.latency_sum_us[i], us);
+        bump_by(&self.statements[i], 1);
+    }
+
+    /// The first reply bytes after a receive at `received` are being handed to the socket.
+    #[inline]
+    pub fn record_first_byte(&self, received: Instant) {
+        let us = received.elapsed().as_micros() as u64;
+        self.first_byte_us.borrow_mut().saturating_record(us.max(1));
+        bump_by(&self.first_byte_sum_us, us);
+    }
+
+    #[inline]
+    pub fn record_bytes_in(&self, n: usize) {
+        if self.enabled {
+            bump_by(&self.bytes_in, n as u64);
+        }
+    }
+
+    #[inline]
+    pub fn record_bytes_out(&self, n: usize) {
+        if self.enabled {
+            bump_by(&self.bytes_out, n as u64);
+        }
+    }
+
+    /// Connection counts are kept even with recording off: they cost one add per connection.
+    pub fn connection_opened(&self) {
+        bump_by(&self.connections_opened, 1);
+    }
+
+    pub fn connection_closed(&self) {
+        bump_by(&self.connections_closed, 1);
+    }
+
+    /// A connection refused for `--max-connections` (it is also counted opened and closed).
+    pub fn connection_rejected(&self) {
+        bump_by(&self.connections_rejected, 1);
+    }
+
+    /// An ErrorResponse with `code` went to a client. Also counted with recording off: errors
+    /// are not the path being measured, and they are logged anyway.
+    pub fn record_error(&self, code: [u8; 5]) {
+        let mut errors = self.errors.borrow_mut();
+        match errors.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => errors.push((code, 1)),
+        }
+    }
+
+    /// The executor did not get back to the driver for `gap` (see [`STALL_THRESHOLD`]).
+    pub fn record_stall(&self, gap: Duration) {
+        let us = gap.as_micros() as u64;
+        bump_by(&self.stalls, 1);
+        bump_by(&self.stall_us_total, us);
+        self.stall_us_max.set(self.stall_us_max.get().max(us));
+    }
+
+    /// A copy of every number, to send to the shard that asked.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let mut errors: Vec<(String, u64)> = self
+            .errors
+            .borrow()
+            .iter()
+            .map(|(c, n)| (String::from_utf8_lossy(c).into_owned(), *n))
+            .collect();
+        errors.sort();
+        MetricsSnapshot {
+            shards: 1,
+            enabled: self.enabled,
+            latency_us: self.latency_us.iter().map(|h| h.borrow().clone()).collect(),
+            latency_sum_us: self.latency_sum_us.iter().map(Cell::get).collect(),
+            statements: self.statements.iter().map(Cell::get).collect(),
+            first_byte_us: self.first_byte_us.borrow().clone(),
+            first_byte_sum_us: self.first_byte_sum_us.get(),
+            connections_opened: self.connections_opened.get(),
+            connections_closed: self.connections_closed.get(),
+            connections_rejected: self.connections_rejected.get(),
+            bytes_in: self.bytes_in.get(),
+            bytes_out: self.bytes_out.get(),
+            errors,
+            stalls: self.stalls.get(),
+            stall_us_total: self.stall_us_total.get(),
+            stall_us_max: self.stall_us_max.get(),
+        }
+    }
+}
+
+#[inline]
+fn bump_by(cell: &Cell<u64>, n: u64) {
+    cell.set(cell.get().wrapping_add(n));
+}
+
+/// One shard's (or, merged, several shards') serving-layer numbers at one moment.
+#[derive(Clone, Debug)]
+pub struct MetricsSnapshot {
+    /// How many shards were merged into this.
+    pub shards: usize,
+    pub enabled: bool,
+    /// Indexed by [`series`].
+    pub latency_us: Vec<Histogram<u64>>,
+    pub latency_sum_us: Vec<u64>,
+    pub statements: Vec<u64>,
+    pub first_byte_us: Histogram<u64>,
+    pub first_byte_sum_us: u64,
+    pub connections_opened: u64,
+    pub connections_closed: u64,
+    pub connections_rejected: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// (SQLSTATE, count), sorted by SQLSTATE.
+    pub errors: Vec<(String, u64)>,
+    pub stalls: u64,
+    pub stall_us_total: u64,
+    pub stall_us_max: u64,
+}
+
+impl MetricsSnapshot {
+    /// Connections open now (opened and not yet closed).
+    pub fn connections_open(&self) -> u64 {
+        self.connections_opened
+            .saturating_sub(self.connections_closed)
+    }
+
+    /// Add `other` into `self`. Histograms have the same bounds everywhere, so they add
+    /// exactly.
+    pub fn merge(&mut self, other: &MetricsSnapshot) {
+        self.shards += other.shards;
+        self.enabled |= other.enabled;
+        for (a, b) in self.latency_us.iter_mut().zip(&other.latency_us) {
+            a.add(b).expect("histograms with equal bounds add");
+        }
+        for (a, b) in self.latency_sum_us.iter_mut().zip(&other.latency_sum_us) {
+            *a += b;
+        }
+        for (a, b) in self.statements.iter_mut().zip(&other.statements) {
+            *a += b;
+        }
+        self.first_byte_us
+            .add(&other.first_byte_us)
+            .expect("histograms with equal bounds add");
+        self.first_byte_sum_us += other.first_byte_sum_us;
+        self.connections_opened += other.connections_opened;
+        self.connections_closed += other.connections_closed;
+        self.connections_rejected += other.connections_rejected;
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
+        for (code, n) in &other.errors {
+            match self.errors.iter_mut().find(|(c, _)| c == code) {
+                Some((_, m)) => *m += n,
+                None => self.errors.push((code.clone(), *n)),
+            }
+        }
+        self.errors.sort();
+        self.stalls += other.stalls;
+        self.stall_us_total += other.stall_us_total;
+        self.stall_us_max = self.stall_us_max.max(other.stall_us_max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete(tag: &str) -> Vec<u8> {
+        let mut out = vec![b'D', 0, 0, 0, 6, 0, 0];
+        out.push(b'C');
+        out.extend_from_slice(&((tag.len() + 5) as u32).to_be_bytes());
+        out.extend_from_slice(tag.as_bytes());
+        out.push(0);
+        out
+    }
+
+    #[test]
+    fn kinds_come_from_the_last_command_complete() {
+        assert_eq!(kind_of_reply(&complete("SELECT 1"), 0), Kind::Select);
+        assert_eq!(kind_of_reply(&complete("INSERT 0 1"), 0), Kind::Insert);
+        assert_eq!(kind_of_reply(&complete("UPDATE 7"), 0), Kind::Update);
+        assert_eq!(kind_of_reply(&complete("BEGIN"), 0), Kind::Other);
+        assert_eq!(kind_of_reply(b"", 0), Kind::Other);
+        // An error is not a CommandComplete, even if its text ends like one.
+        assert_eq!(kind_of_reply(b"E\0\0\0\x08SELECT\0", 0), Kind::Other);
+        let out = complete("SELECT 1");
+        assert_eq!(kind_of_reply(&out, out.len()), Kind::Other);
+    }
+
+    #[test]
+    fn merged_histograms_add_exactly() {
+        let a = ShardMetrics::new(0, true);
+        let b = ShardMetrics::new(1, true);
+        for _ in 0..3 {
+            a.record_statement(Some(Instant::now()), Protocol::Simple, Kind::Select);
+        }
+        b.record_statement(Some(Instant::now()), Protocol::Simple, Kind::Select);
+        b.record_error(*b"42601");
+        a.record_error(*b"42601");
+        let mut m = a.snapshot();
+        m.merge(&b.snapshot());
+        let i = series(Protocol::Simple, Kind::Select);
+        assert_eq!(m.latency_us[i].len(), 4);
+        assert_eq!(m.statements[i], 4);
+        assert_eq!(m.errors, vec![("42601".to_string(), 2)]);
+        assert_eq!(m.shards, 2);
+        let off = ShardMetrics::new(2, false);
+        off.record_statement(off.start(), Protocol::Simple, Kind::Select);
+        assert_eq!(off.snapshot().statements[i], 0);
+    }
+}
