@@ -11,6 +11,8 @@
 //! - [`engine`]: the [`engine::Engine`] trait the SQL side implements.
 //! - [`uring`]: the shard's own io_uring socket path (the default); [`time`]: timers that
 //!   work on both paths.
+//! - [`connect`]: outbound connections over the shard's socket path; `relay`: the
+//!   connection loop of upstream mode, which hands client messages to [`engine::Engine::relay`].
 //!
 //! What crosses cores: only CancelRequests (over flume channels, to the shard whose id is in
 //! the process id) and the connection count (one atomic add per connect).
@@ -18,7 +20,9 @@
 pub mod auth;
 pub mod config;
 mod conn;
+pub mod connect;
 pub mod engine;
+mod relay;
 pub mod runtime;
 mod shard;
 pub mod time;
