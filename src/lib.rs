@@ -7,6 +7,8 @@
 //! - [`dispatch`]: the compute (tables, locks, commits, compaction) on shard 0 and the
 //!   per-shard dispatcher that batches peeks and writes to it over the mesh.
 //! - [`compute`]: multi-versioned tables and the executor of table plans.
+//! - [`upstream`]: upstream mode (`--upstream`): the engine that relays every connection to
+//!   a pool of PostgreSQL connections per shard instead of answering SQL itself.
 //! - [`stats`]: per-shard counters and the `ringwire.shard_stats` / `ringwire.table_stats`
 //!   relations that show them.
 //!
@@ -20,3 +22,4 @@ pub mod engine;
 pub mod settings;
 pub mod sql;
 pub mod stats;
+pub mod upstream;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
+use ringwire::upstream::{Upstream, UpstreamConfig};
 use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
     parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
@@ -90,6 +91,16 @@ struct Cli {
     /// `SELECT * FROM t`, bypassing SQL. This is the "wire floor" the full path is compared to.
     #[arg(long, hide = true)]
     wire_floor: bool,
+
+    /// Upstream mode: relay every client to this PostgreSQL server instead of answering SQL
+    /// here, as `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (or `?host=/socket/dir`).
+    /// Each shard keeps its own pool of connections to it (transaction pooling).
+    #[arg(long, value_name = "URL", env = "RINGWIRE_UPSTREAM")]
+    upstream: Option<String>,
+
+    /// Upstream connections each shard may open (upstream mode).
+    #[arg(long, default_value_t = 16)]
+    upstream_pool_size: usize,
 
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
@@ -188,6 +199,21 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
     })
 }
 
+/// `--upstream`: parse the URL and log in once, so a wrong address or password is a startup
+/// error, and learn the server's parameters (shown to clients at their startup).
+#[allow(clippy::type_complexity)]
+fn upstream_config(
+    url: &str,
+    pool_size: usize,
+) -> Result<(Arc<UpstreamConfig>, Arc<Vec<(String, String)>>), String> {
+    if pool_size == 0 {
+        return Err("--upstream-pool-size must be at least 1".into());
+    }
+    let config = UpstreamConfig::parse_url(url, pool_size)?;
+    let handshake = ringwire::upstream::client::probe(&config)?;
+    Ok((Arc::new(config), Arc::new(handshake.parameters)))
+}
+
 /// `ringwire passwd USER`: one users-file line on stdout.
 fn passwd(user: &str, md5: bool) -> Result<(), String> {
     let password = read_password(&format!("Password for {user}: "))?;
@@ -262,6 +288,16 @@ fn main() -> ExitCode {
         .filter_level(cli.log_level)
         .format_timestamp_millis()
         .init();
+    let upstream = match cli.upstream.take() {
+        None => None,
+        Some(url) => match upstream_config(&url, cli.upstream_pool_size) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                eprintln!("ringwire: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let config = match build_config(cli).and_then(|c| c.preflight().map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
@@ -297,10 +333,21 @@ fn main() -> ExitCode {
     if let Some(path) = &listeners.unix_path {
         log::info!("also listening on {}", path.display());
     }
-    let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
-    match shards::runtime::run(config, listeners, move |mesh| {
-        Frontend::new(mesh, shared.clone())
-    }) {
+    let ran = match upstream {
+        Some((upstream, parameters)) => {
+            log::info!("upstream mode: relaying to {}", upstream.address);
+            shards::runtime::run(config, listeners, move |_mesh| {
+                Upstream::new(upstream.clone(), parameters.clone())
+            })
+        }
+        None => {
+            let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
+            shards::runtime::run(config, listeners, move |mesh| {
+                Frontend::new(mesh, shared.clone())
+            })
+        }
+    };
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ringwire: {e}");
