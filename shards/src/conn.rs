@@ -749,7 +749,10 @@ fn no_portal(name: &str) -> PgError {
     }
 }
 
-pub(crate) async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> io::Result<()> {
+pub(crate) async fn flush<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
     if out.is_empty() {
         return Ok(());
     }

@@ -68,7 +68,13 @@ async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
             let shard = conn.shard.clone();
             let relayed = shard
                 .engine
-                .relay(&mut conn.session, &data[..n], &conn.cancel, &mut out, stream)
+                .relay(
+                    &mut conn.session,
+                    &data[..n],
+                    &conn.cancel,
+                    &mut out,
+                    stream,
+                )
                 .await;
             if let Err(e) = relayed {
                 return fatal_end(stream, &mut out, e).await;

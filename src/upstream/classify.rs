@@ -128,9 +128,9 @@ pub fn classify(sql: &str) -> Effects {
             ["set", "session", "characteristics" | "authorization", ..]
             | ["set", "role", ..]
             | ["reset", "role" | "session", ..] => fx.pins = true,
-            ["set", "session", name, ..] | ["set", name, ..] => {
-                fx.sets.push(SetChange::Set(name.to_string(), stmt.trim().to_string()))
-            }
+            ["set", "session", name, ..] | ["set", name, ..] => fx
+                .sets
+                .push(SetChange::Set(name.to_string(), stmt.trim().to_string())),
             ["reset", "all", ..] => fx.sets.push(SetChange::ResetAll),
             ["reset", name, ..] => fx.sets.push(SetChange::Reset(name.to_string())),
             ["prepare" | "deallocate" | "listen" | "load" | "discard", ..] => fx.pins = true,
@@ -157,13 +157,22 @@ mod tests {
         let fx = classify("SET search_path = a, b; select 1; SET LOCAL x = 1");
         assert_eq!(
             fx.sets,
-            vec![SetChange::Set("search_path".into(), "SET search_path = a, b".into())]
+            vec![SetChange::Set(
+                "search_path".into(),
+                "SET search_path = a, b".into()
+            )]
         );
         assert!(!fx.pins);
-        assert_eq!(classify("/* c */ reset ALL").sets, vec![SetChange::ResetAll]);
+        assert_eq!(
+            classify("/* c */ reset ALL").sets,
+            vec![SetChange::ResetAll]
+        );
         assert_eq!(
             classify("set session statement_timeout to 5").sets,
-            vec![SetChange::Set("statement_timeout".into(), "set session statement_timeout to 5".into())]
+            vec![SetChange::Set(
+                "statement_timeout".into(),
+                "set session statement_timeout to 5".into()
+            )]
         );
         assert!(classify("SET ROLE bob").pins);
         assert!(classify("select pg_advisory_lock(1)").pins);

@@ -39,7 +39,10 @@ impl ReplyBuf {
     }
 
     pub fn consume(&mut self, n: usize) {
-        debug_assert!(self.start + n <= self.end, "consumed more than was buffered");
+        debug_assert!(
+            self.start + n <= self.end,
+            "consumed more than was buffered"
+        );
         self.start += n;
         if self.start == self.end {
             self.start = 0;
@@ -49,9 +52,8 @@ impl ReplyBuf {
 
     /// The complete message at the front, if there is one, and its length on the wire.
     pub fn frame(&self) -> io::Result<Option<(Frame<'_>, usize)>> {
-        split_frame(self.data(), MAX_BACKEND_MESSAGE_BYTES).map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidData, e.message.to_string())
-        })
+        split_frame(self.data(), MAX_BACKEND_MESSAGE_BYTES)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.message.to_string()))
     }
 
     /// Read more. The end of the stream is an error: a server never closes mid-exchange
@@ -129,9 +131,15 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
             }
             buf.fill(stream).await.map_err(io_err)?;
         };
-        let (frame, _) = buf.frame().map_err(io_err)?.expect("a whole frame is buffered");
+        let (frame, _) = buf
+            .frame()
+            .map_err(io_err)?
+            .expect("a whole frame is buffered");
         let msg = BackendMessage::parse(frame).map_err(|e| {
-            format!("{}: malformed message at startup: {}", config.address, e.message)
+            format!(
+                "{}: malformed message at startup: {}",
+                config.address, e.message
+            )
         })?;
         out.clear();
         match msg {
@@ -150,7 +158,11 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                     ));
                 }
                 let client = ScramClient::new(password()?);
-                frontend::encode_sasl_initial_response(&mut out, SCRAM_SHA_256, &client.client_first());
+                frontend::encode_sasl_initial_response(
+                    &mut out,
+                    SCRAM_SHA_256,
+                    &client.client_first(),
+                );
                 scram = Some(client);
             }
             BackendMessage::AuthenticationSaslContinue { data } => {
@@ -167,7 +179,9 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                     .map_err(|e| format!("{}: {e}", config.address))?;
             }
             BackendMessage::ParameterStatus { name, value } => {
-                handshake.parameters.push((name.to_string(), value.to_string()));
+                handshake
+                    .parameters
+                    .push((name.to_string(), value.to_string()));
             }
             BackendMessage::BackendKeyData {
                 process_id,
@@ -188,7 +202,8 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                     fields.code()
                 ));
             }
-            BackendMessage::NoticeResponse(_) | BackendMessage::NegotiateProtocolVersion { .. } => {}
+            BackendMessage::NoticeResponse(_) | BackendMessage::NegotiateProtocolVersion { .. } => {
+            }
             other => {
                 return Err(format!(
                     "{}: unexpected message at startup: {other:?}",
@@ -252,14 +267,19 @@ pub fn probe(config: &UpstreamConfig) -> Result<Handshake, String> {
         Address::Tcp(addr) => {
             let s = std::net::TcpStream::connect_timeout(addr, timeout)
                 .map_err(|e| format!("cannot connect to the upstream server {addr}: {e}"))?;
-            s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(timeout))
+                .map_err(|e| e.to_string())?;
             futures_lite::future::block_on(startup(&mut Blocking(s), &mut buf, config))
         }
         Address::Unix(path) => {
             let s = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
-                format!("cannot connect to the upstream server {}: {e}", path.display())
+                format!(
+                    "cannot connect to the upstream server {}: {e}",
+                    path.display()
+                )
             })?;
-            s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(timeout))
+                .map_err(|e| e.to_string())?;
             futures_lite::future::block_on(startup(&mut Blocking(s), &mut buf, config))
         }
     }

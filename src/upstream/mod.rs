@@ -54,7 +54,10 @@ impl UpstreamConfig {
             .rsplit_once('@')
             .ok_or_else(|| bad("the URL names no user (USER@HOST)"))?;
         let (user, password) = match userinfo.split_once(':') {
-            Some((u, p)) => (percent_decode(u).map_err(|e| bad(&e))?, Some(percent_decode(p).map_err(|e| bad(&e))?)),
+            Some((u, p)) => (
+                percent_decode(u).map_err(|e| bad(&e))?,
+                Some(percent_decode(p).map_err(|e| bad(&e))?),
+            ),
             None => (percent_decode(userinfo).map_err(|e| bad(&e))?, None),
         };
         if user.is_empty() {
@@ -63,7 +66,8 @@ impl UpstreamConfig {
         let (host, port) = match hostport.rsplit_once(':') {
             Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
                 h,
-                p.parse::<u16>().map_err(|_| bad("the port is not a number"))?,
+                p.parse::<u16>()
+                    .map_err(|_| bad("the port is not a number"))?,
             ),
             _ => (hostport, 5432),
         };
@@ -89,7 +93,11 @@ impl UpstreamConfig {
         let database = percent_decode(database).map_err(|e| bad(&e))?;
         Ok(UpstreamConfig {
             address,
-            database: if database.is_empty() { user.clone() } else { database },
+            database: if database.is_empty() {
+                user.clone()
+            } else {
+                database
+            },
             user,
             password,
             pool_size_per_shard,
@@ -225,7 +233,10 @@ mod tests {
     fn urls() {
         let c = UpstreamConfig::parse_url("postgres://u:p%40ss@127.0.0.1:5433/db", 4).unwrap();
         assert_eq!(c.address, Address::Tcp("127.0.0.1:5433".parse().unwrap()));
-        assert_eq!((c.user.as_str(), c.password.as_deref()), ("u", Some("p@ss")));
+        assert_eq!(
+            (c.user.as_str(), c.password.as_deref()),
+            ("u", Some("p@ss"))
+        );
         assert_eq!(c.database, "db");
         let c = UpstreamConfig::parse_url("postgresql://postgres@localhost?host=/tmp", 4).unwrap();
         assert_eq!(c.address, Address::Unix("/tmp/.s.PGSQL.5432".into()));

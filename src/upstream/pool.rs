@@ -113,7 +113,10 @@ impl ShardUpstream {
                 if conn.alive().await {
                     return Ok(conn);
                 }
-                log::info!("upstream connection {} was closed while idle", conn.process_id);
+                log::info!(
+                    "upstream connection {} was closed while idle",
+                    conn.process_id
+                );
                 continue;
             }
             if self.slots.open.get() < self.config.pool_size_per_shard {
@@ -199,7 +202,10 @@ impl Future for WaitTurn<'_> {
             return Poll::Ready(());
         }
         self.queued = true;
-        self.slots.waiters.borrow_mut().push_back(cx.waker().clone());
+        self.slots
+            .waiters
+            .borrow_mut()
+            .push_back(cx.waker().clone());
         Poll::Pending
     }
 }

@@ -46,7 +46,8 @@ pub struct ClientStatement {
 
 impl ClientStatement {
     fn upstream_name(&self) -> String {
-        self.upstream.map_or_else(String::new, |id| format!("ringwire_{id}"))
+        self.upstream
+            .map_or_else(String::new, |id| format!("ringwire_{id}"))
     }
 
     fn encode_parse(&self, out: &mut Vec<u8>) {
@@ -75,9 +76,10 @@ enum Kind {
 
 enum Done {
     Nothing,
-    /// The upstream statement is now prepared on the connection.
+    /// A Parse of this upstream statement, marked prepared on the connection when queued:
+    /// unmarked if it fails or is skipped.
     Prepared(u32),
-    /// The unnamed upstream statement now holds this client statement.
+    /// A Parse of the unnamed statement from this client statement (marked when queued).
     Unnamed(Rc<ClientStatement>),
     /// Bind of this upstream statement (0A000 forgets it).
     Bound(u32),
@@ -241,7 +243,9 @@ impl Session {
                 }
                 loop {
                     let frame = match server.buf.frame() {
-                        Ok(Some((frame, len))) => Some((frame.tag, frame.body.first().copied(), len)),
+                        Ok(Some((frame, len))) => {
+                            Some((frame.tag, frame.body.first().copied(), len))
+                        }
                         Ok(None) => None,
                         Err(_) => return,
                     };
@@ -286,7 +290,10 @@ impl Session {
             }
         }
         self.to_send.clear();
-        let settings_match = self.server.as_ref().is_some_and(|s| s.settings == self.settings);
+        let settings_match = self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.settings == self.settings);
         if !settings_match && self.expect.is_empty() && self.tx == b'I' {
             self.queue_settings_replay();
         }
@@ -436,16 +443,20 @@ impl Session {
                     upstream,
                 });
                 self.statements.insert(name.into(), stmt.clone());
-                let server = self.server.as_ref().expect("held while translating");
+                let server = self.server.as_mut().expect("held while translating");
                 match upstream {
                     Some(id) if server.prepared.contains(&id) => {
                         self.push_local(Local::ParseComplete)
                     }
                     Some(id) => {
+                        // Marked now, so later messages of this batch do not parse it again;
+                        // undone if the Parse fails or is skipped.
+                        server.prepared.insert(id);
                         stmt.encode_parse(&mut self.to_send);
                         self.push(Kind::Parse, true, Done::Prepared(id));
                     }
                     None => {
+                        server.unnamed = Some(stmt.clone());
                         self.to_send.extend_from_slice(raw);
                         self.push(Kind::Parse, true, Done::Unnamed(stmt));
                     }
@@ -461,7 +472,10 @@ impl Session {
                 let body = &raw[5..];
                 let portal_end = body.iter().position(|&b| b == 0).expect("parsed") + 1;
                 let stmt_end = portal_end
-                    + body[portal_end..].iter().position(|&b| b == 0).expect("parsed")
+                    + body[portal_end..]
+                        .iter()
+                        .position(|&b| b == 0)
+                        .expect("parsed")
                     + 1;
                 let start = protocol::wire::begin_message(&mut self.to_send, b'B');
                 self.to_send.extend_from_slice(&body[..portal_end]);
@@ -480,7 +494,11 @@ impl Session {
                     return Ok(());
                 };
                 self.ensure_prepared(&stmt);
-                frontend::encode_describe(&mut self.to_send, Target::Statement, &stmt.upstream_name());
+                frontend::encode_describe(
+                    &mut self.to_send,
+                    Target::Statement,
+                    &stmt.upstream_name(),
+                );
                 self.push(Kind::DescribeStatement, true, Done::Nothing);
             }
             FrontendMessage::Describe {
@@ -536,7 +554,7 @@ impl Session {
 
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
     fn ensure_prepared(&mut self, stmt: &Rc<ClientStatement>) {
-        let server = self.server.as_ref().expect("held while translating");
+        let server = self.server.as_mut().expect("held while translating");
         let present = match stmt.upstream {
             Some(id) => server.prepared.contains(&id),
             None => server.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, stmt)),
@@ -544,8 +562,14 @@ impl Session {
         if !present {
             stmt.encode_parse(&mut self.to_send);
             let done = match stmt.upstream {
-                Some(id) => Done::Prepared(id),
-                None => Done::Unnamed(stmt.clone()),
+                Some(id) => {
+                    server.prepared.insert(id);
+                    Done::Prepared(id)
+                }
+                None => {
+                    server.unnamed = Some(stmt.clone());
+                    Done::Unnamed(stmt.clone())
+                }
             };
             self.push(Kind::Parse, false, done);
         }
@@ -734,7 +758,9 @@ impl Session {
                     // commit of the implicit transaction) is followed by its ReadyForQuery.
                     return false;
                 }
-                self.expect.pop_front();
+                if let Some(e) = self.expect.pop_front() {
+                    self.undo(&e);
+                }
                 self.must_answer -= 1;
                 self.skip_to_sync();
                 return false;
@@ -779,11 +805,7 @@ impl Session {
         self.must_answer -= 1;
         let server = self.server.as_mut().expect("held");
         match done {
-            Done::Nothing | Done::Bound(_) => {}
-            Done::Prepared(id) => {
-                server.prepared.insert(id);
-            }
-            Done::Unnamed(stmt) => server.unnamed = Some(stmt),
+            Done::Nothing | Done::Bound(_) | Done::Prepared(_) | Done::Unnamed(_) => {}
             Done::Settings(fp) => {
                 server.settings = fp;
                 // The replay is not the client's transaction.
@@ -802,6 +824,28 @@ impl Session {
         false
     }
 
+    /// A queued Parse that failed or was skipped: the connection does not have the statement.
+    fn undo(&mut self, e: &Expect) {
+        let Some(server) = self.server.as_mut() else {
+            return;
+        };
+        match e {
+            Expect::Server {
+                done: Done::Prepared(id),
+                ..
+            } => {
+                server.prepared.remove(id);
+            }
+            Expect::Server {
+                done: Done::Unnamed(stmt),
+                ..
+            } if server.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, stmt)) => {
+                server.unnamed = None;
+            }
+            _ => {}
+        }
+    }
+
     /// After an error: drop queued replies up to the next Sync, which the server answers.
     fn skip_to_sync(&mut self) {
         while let Some(front) = self.expect.front() {
@@ -814,7 +858,9 @@ impl Session {
             ) {
                 return;
             }
-            self.expect.pop_front();
+            if let Some(e) = self.expect.pop_front() {
+                self.undo(&e);
+            }
             self.must_answer = self.must_answer.saturating_sub(1);
         }
         // No Sync queued yet: the client's messages until its Sync are dropped here too.
@@ -920,7 +966,9 @@ fn error_field(body: &[u8], code: u8) -> Option<String> {
         let field = body[i];
         let end = i + 1 + body[i + 1..].iter().position(|&b| b == 0)?;
         if field == code {
-            return std::str::from_utf8(&body[i + 1..end]).ok().map(str::to_string);
+            return std::str::from_utf8(&body[i + 1..end])
+                .ok()
+                .map(str::to_string);
         }
         i = end + 1;
     }
