@@ -110,8 +110,41 @@ fn words(stmt: &str, n: usize) -> Vec<String> {
     out
 }
 
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// The common case without allocating: one statement whose first word cannot change session
+/// state, and no function call that could.
+fn plainly_stateless(sql: &str) -> bool {
+    let t = sql.trim_start();
+    let first_end = t
+        .find(|c: char| !c.is_ascii_alphabetic())
+        .unwrap_or(t.len());
+    let first = &t[..first_end];
+    let stateless = [
+        "select", "insert", "update", "delete", "begin", "commit", "end", "values", "table",
+        "with", "explain", "copy", "vacuum", "analyze", "truncate", "show",
+    ]
+    .iter()
+    .any(|w| first.eq_ignore_ascii_case(w));
+    let one_statement = match sql.find(';') {
+        None => true,
+        Some(i) => sql[i + 1..].trim().is_empty(),
+    };
+    let b = sql.as_bytes();
+    stateless
+        && one_statement
+        && !contains_ignore_case(b, b"advisory")
+        && !contains_ignore_case(b, b"set_config")
+}
+
 pub fn classify(sql: &str) -> Effects {
     let mut fx = Effects::default();
+    if plainly_stateless(sql) {
+        return fx;
+    }
     let lower = sql.to_ascii_lowercase();
     // Session-level advisory locks and set_config(..., false) live past the transaction.
     if lower.contains("pg_advisory_lock")
@@ -185,5 +218,8 @@ mod tests {
         assert!(classify("select $$;set x=1;$$").sets.is_empty());
         assert!(classify("ROLLBACK TO SAVEPOINT a").savepoint);
         assert!(!classify("ROLLBACK").savepoint);
+        assert!(classify("SELECT pg_advisory_lock(1);").pins);
+        assert!(classify("select 1; prepare p as select 1").pins);
+        assert_eq!(classify("SELECT 1 ;  ").sets, vec![]);
     }
 }
