@@ -9,6 +9,8 @@
 //! - [`compute`]: multi-versioned tables and the executor of table plans.
 //! - `fuzzing` (hidden): statement text → plan → constant evaluation without a server, for
 //!   the `sql_plan` fuzz target and `tests/sql_front_props.rs`.
+//! - [`upstream`]: upstream mode (`--upstream`): the engine that relays every connection to
+//!   a pool of PostgreSQL connections per shard instead of answering SQL itself.
 //! - [`stats`]: per-shard counters and the `ringwire.shard_stats` / `ringwire.table_stats`
 //!   relations that show them.
 //! - [`stats`]: per-shard counters and histograms and the `ringwire.shard_stats` /
@@ -28,3 +30,4 @@ pub mod metrics_http;
 pub mod settings;
 pub mod sql;
 pub mod stats;
+pub mod upstream;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
+use ringwire::upstream::{Upstream, UpstreamConfig};
 use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
     parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
@@ -110,6 +111,16 @@ struct Cli {
     /// `SELECT * FROM t`, bypassing SQL. This is the "wire floor" the full path is compared to.
     #[arg(long, hide = true)]
     wire_floor: bool,
+
+    /// Upstream mode: relay every client to this PostgreSQL server instead of answering SQL
+    /// here, as `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (or `?host=/socket/dir`).
+    /// Each shard keeps its own pool of connections to it (transaction pooling).
+    #[arg(long, value_name = "URL", env = "RINGWIRE_UPSTREAM")]
+    upstream: Option<String>,
+
+    /// Upstream connections each shard may open (upstream mode).
+    #[arg(long, default_value_t = 16)]
+    upstream_pool_size: usize,
 
     /// Log level: error, warn, info, debug or trace. `info` logs one line per connection
     /// opened or closed and per error sent (with its SQLSTATE), never per successful
@@ -232,6 +243,21 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
     })
 }
 
+/// `--upstream`: parse the URL and log in once, so a wrong address or password is a startup
+/// error, and learn the server's parameters (shown to clients at their startup).
+#[allow(clippy::type_complexity)]
+fn upstream_config(
+    url: &str,
+    pool_size: usize,
+) -> Result<(Arc<UpstreamConfig>, Arc<Vec<(String, String)>>), String> {
+    if pool_size == 0 {
+        return Err("--upstream-pool-size must be at least 1".into());
+    }
+    let config = UpstreamConfig::parse_url(url, pool_size)?;
+    let handshake = ringwire::upstream::client::probe(&config)?;
+    Ok((Arc::new(config), Arc::new(handshake.parameters)))
+}
+
 /// `ringwire passwd USER`: one users-file line on stdout.
 fn passwd(user: &str, md5: bool) -> Result<(), String> {
     let password = read_password(&format!("Password for {user}: "))?;
@@ -309,6 +335,16 @@ fn main() -> ExitCode {
     }
     logger.init();
     let metrics_listen = cli.metrics_listen;
+    let upstream = match cli.upstream.take() {
+        None => None,
+        Some(url) => match upstream_config(&url, cli.upstream_pool_size) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                eprintln!("ringwire: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let config = match build_config(cli).and_then(|c| c.preflight().map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
@@ -364,18 +400,33 @@ fn main() -> ExitCode {
         config.tls.mode
     );
     let metrics_listener = std::sync::Mutex::new(metrics_listener);
-    let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
-    match shards::runtime::run(config, listeners, move |mesh| {
-        let shard = mesh.shard_id;
-        let frontend = Frontend::new(mesh, shared.clone());
-        if shard == 0 {
-            let listener = metrics_listener.lock().map(|mut l| l.take());
-            if let Ok(Some(listener)) = listener {
-                ringwire::metrics_http::spawn(listener, frontend.dispatcher());
+    let ran = match upstream {
+        Some((upstream, parameters)) => {
+            log::info!("upstream mode: relaying to {}", upstream.address);
+            if metrics_listen.is_some() {
+                // The endpoint reads the embedded engine's dispatcher; upstream mode has none yet.
+                log::warn!("--metrics-listen is not served in upstream mode yet");
             }
+            shards::runtime::run(config, listeners, move |_mesh| {
+                Upstream::new(upstream.clone(), parameters.clone())
+            })
         }
-        frontend
-    }) {
+        None => {
+            let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
+            shards::runtime::run(config, listeners, move |mesh| {
+                let shard = mesh.shard_id;
+                let frontend = Frontend::new(mesh, shared.clone());
+                if shard == 0 {
+                    let listener = metrics_listener.lock().map(|mut l| l.take());
+                    if let Ok(Some(listener)) = listener {
+                        ringwire::metrics_http::spawn(listener, frontend.dispatcher());
+                    }
+                }
+                frontend
+            })
+        }
+    };
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ringwire: {e}");

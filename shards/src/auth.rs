@@ -13,6 +13,7 @@
 //! per query), and the SIGHUP thread's swap of it. A connection keeps the tables it started
 //! with, so a reload never disturbs an exchange in flight or an open session.
 
+pub mod client;
 pub mod hba;
 mod offload;
 mod scram;

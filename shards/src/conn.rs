@@ -113,7 +113,7 @@ impl ReadBuf {
         Ok(n > 0)
     }
 
-    fn shrink_if_idle(&mut self) {
+    pub(crate) fn shrink_if_idle(&mut self) {
         if self.start == self.end && self.buf.len() > SHRINK_ABOVE_BYTES {
             self.buf = vec![0; READ_BUF_BYTES];
             self.start = 0;
@@ -198,7 +198,11 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     let pid = conn.info.process_id;
-    let end = conn.run(&mut stream, &mut rbuf, out).await;
+    let end = if shard.engine.relays() {
+        crate::relay::run(conn, &mut stream, &mut rbuf, out).await
+    } else {
+        conn.run(&mut stream, &mut rbuf, out).await
+    };
     shard.unregister_cancel(pid);
     end
 }
@@ -340,10 +344,10 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
 
 /// An established connection.
 pub(crate) struct Conn<E: Engine> {
-    shard: Rc<Shard<E>>,
-    session: E::Session,
+    pub(crate) shard: Rc<Shard<E>>,
+    pub(crate) session: E::Session,
     info: ConnInfo,
-    cancel: Rc<CancelToken>,
+    pub(crate) cancel: Rc<CancelToken>,
     /// Per-query scratch space, reset at every ReadyForQuery.
     arena: Bump,
     tx: TransactionStatus,
@@ -845,7 +849,10 @@ fn no_portal(name: &str) -> PgError {
     }
 }
 
-async fn flush<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> io::Result<()> {
+pub(crate) async fn flush<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
     if out.is_empty() {
         return Ok(());
     }

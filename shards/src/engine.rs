@@ -199,6 +199,32 @@ pub trait Engine: 'static {
         portal: &mut Self::Portal,
         max_rows: u32,
     ) -> Result<Execution, PgError>;
+
+    /// Upstream mode (docs/ARCHITECTURE.md, "Upstream mode"): an engine that returns true
+    /// relays each connection's messages to an upstream server after startup, through
+    /// [`Engine::relay`], and none of the message-level calls above except `open_session`,
+    /// `close_session` and `write_startup_parameters` are made for its connections.
+    fn relays(&self) -> bool {
+        false
+    }
+
+    /// Relay mode only: `frames` is every complete message the client has sent that was not
+    /// relayed yet (headers checked against `--max-message-bytes`, Terminate excluded). The
+    /// engine forwards them and appends to `out` every reply the client is owed for them that
+    /// can arrive without more input from the client, in order; it may write `out` to `client`
+    /// on its own when a large result piles up. Returning leaves the rest of `out` for the
+    /// connection to flush. `Err` ends the connection with that FATAL error.
+    async fn relay(
+        &self,
+        session: &mut Self::Session,
+        frames: &[u8],
+        cancel: &CancelToken,
+        out: &mut Vec<u8>,
+        client: &mut (dyn futures_lite::AsyncWrite + Unpin),
+    ) -> Result<(), PgError> {
+        let _ = (session, frames, cancel, out, client);
+        unreachable!("relay is only called for engines whose relays() is true")
+    }
 }
 
 /// Cancellation of the statement a connection is running, set from a CancelRequest that may
@@ -253,6 +279,12 @@ impl CancelToken {
         }
     }
 
+    /// Completes when a cancel arrives (at once if one already has). For code that waits on
+    /// something else, raced against it; one waiter at a time.
+    pub fn cancelled(&self) -> Cancelled<'_> {
+        Cancelled { token: self }
+    }
+
     /// Sleep for `duration`, ending early with 57014 when the statement is cancelled.
     pub async fn sleep(&self, duration: Duration) -> Result<(), PgError> {
         self.check()?;
@@ -269,6 +301,23 @@ pub fn query_canceled() -> PgError {
         SqlState::QUERY_CANCELED,
         "canceling statement due to user request",
     )
+}
+
+/// See [`CancelToken::cancelled`].
+pub struct Cancelled<'a> {
+    token: &'a CancelToken,
+}
+
+impl Future for Cancelled<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.token.is_cancelled() {
+            return Poll::Ready(());
+        }
+        self.token.waker.set(Some(cx.waker().clone()));
+        Poll::Pending
+    }
 }
 
 struct CancellableSleep<'a> {

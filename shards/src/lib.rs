@@ -15,6 +15,8 @@
 //! - [`tls`]: SSLRequest/direct TLS negotiation and the plain-or-TLS stream under `conn`.
 //! - [`metrics`]: per-shard histograms and counters of the serving layer, merged on demand;
 //!   [`side`]: side listeners (the metrics endpoint) served by a shard on either path.
+//! - [`connect`]: outbound connections over the shard's socket path; `relay`: the
+//!   connection loop of upstream mode, which hands client messages to [`engine::Engine::relay`].
 //!
 //! What crosses cores: only CancelRequests (over flume channels, to the shard whose id is in
 //! the process id) and the connection count (one atomic add per connect).
@@ -22,9 +24,11 @@
 pub mod auth;
 pub mod config;
 mod conn;
+pub mod connect;
 pub mod engine;
 pub mod limits;
 pub mod metrics;
+mod relay;
 pub mod runtime;
 mod shard;
 pub mod side;

@@ -91,6 +91,7 @@ const KIND_SEND: u64 = 2;
 const KIND_ACCEPT: u64 = 3;
 const KIND_BELL: u64 = 4;
 const KIND_CANCEL: u64 = 5;
+const KIND_CONNECT: u64 = 6;
 
 fn user_data(index: usize, kind: u64) -> u64 {
     (index as u64) << 8 | kind
@@ -380,6 +381,8 @@ pub struct Driver {
     sends_queued: Cell<u32>,
     /// The kernel can bound the wait for more than one completion (Linux 6.12).
     min_timeout: bool,
+    /// Outbound connections in progress (upstream mode), by socket index.
+    connecting: RefCell<std::collections::HashMap<usize, Rc<Connecting>>>,
 }
 
 thread_local! {
@@ -429,6 +432,7 @@ impl Driver {
             backlog: RefCell::new(Vec::new()),
             sends_queued: Cell::new(0),
             min_timeout,
+            connecting: RefCell::new(std::collections::HashMap::new()),
         });
         for i in 0..driver.listeners.borrow().len() {
             driver.arm_accept(i);
@@ -612,6 +616,7 @@ impl Driver {
                 KIND_SEND => self.on_send(index, cqe.result()),
                 KIND_ACCEPT => self.on_accept(index, &cqe),
                 KIND_BELL => self.arm_bell(),
+                KIND_CONNECT => self.on_connect(index, cqe.result()),
                 _ => {} // KIND_CANCEL: the cancelled operation reports on its own.
             }
         }
@@ -748,6 +753,21 @@ impl Driver {
         peer: Peer,
         handler: Option<Rc<dyn Fn(UringStream, Peer)>>,
     ) {
+        let sock = self.register(fd);
+        self.arm_recv(&sock);
+        let stream = UringStream {
+            driver: current().expect("the driver is installed on its shard thread"),
+            sock,
+        };
+        if let Some(handler) = handler {
+            handler(stream, peer);
+        } else if let Some(on_accept) = &*self.on_accept.borrow() {
+            on_accept(stream, peer);
+        }
+    }
+
+    /// Give a socket a slot in the driver's table (its index is in every user_data).
+    fn register(&self, fd: OwnedFd) -> Rc<Socket> {
         let index = self.free.borrow_mut().pop().unwrap_or_else(|| {
             let mut sockets = self.sockets.borrow_mut();
             sockets.push(None);
@@ -773,15 +793,61 @@ impl Driver {
             dirty: Cell::new(false),
         });
         self.sockets.borrow_mut()[index] = Some(sock.clone());
-        self.arm_recv(&sock);
-        let stream = UringStream {
-            driver: current().expect("the driver is installed on its shard thread"),
-            sock,
+        sock
+    }
+
+    /// Open an outbound connection on this shard's ring (IORING_OP_CONNECT on a fresh
+    /// non-blocking socket); once connected it is served by the same multishot receive and
+    /// batched sends as an accepted one. TCP sockets get TCP_NODELAY.
+    pub fn connect(self: &Rc<Self>, addr: socket2::SockAddr) -> io::Result<Connect> {
+        let tcp = addr.as_socket().is_some();
+        let socket = socket2::Socket::new(
+            addr.domain(),
+            socket2::Type::STREAM.nonblocking().cloexec(),
+            None,
+        )?;
+        if tcp {
+            socket.set_nodelay(true)?;
+        }
+        let sock = self.register(socket.into());
+        let pending = Rc::new(Connecting {
+            addr,
+            result: Cell::new(None),
+            waker: Cell::new(None),
+            abandoned: Cell::new(false),
+        });
+        // SAFETY: the address lives in `pending`, which the driver's table keeps alive until
+        // the operation completes (`on_connect` removes it).
+        let entry = opcode::Connect::new(
+            types::Fd(sock.fd.as_raw_fd()),
+            pending.addr.as_ptr().cast(),
+            pending.addr.len(),
+        )
+        .build()
+        .user_data(user_data(sock.index, KIND_CONNECT));
+        self.connecting
+            .borrow_mut()
+            .insert(sock.index, pending.clone());
+        self.push(entry);
+        Ok(Connect {
+            driver: self.clone(),
+            sock: Some(sock),
+            pending,
+        })
+    }
+
+    fn on_connect(&self, index: usize, res: i32) {
+        let Some(pending) = self.connecting.borrow_mut().remove(&index) else {
+            return;
         };
-        if let Some(handler) = handler {
-            handler(stream, peer);
-        } else if let Some(on_accept) = &*self.on_accept.borrow() {
-            on_accept(stream, peer);
+        pending.result.set(Some(res));
+        if pending.abandoned.get() {
+            if let Some(sock) = self.socket(index) {
+                sock.closing.set(true);
+                self.mark_dirty(&sock);
+            }
+        } else if let Some(w) = pending.waker.take() {
+            w.wake();
         }
     }
 
@@ -972,6 +1038,63 @@ impl Driver {
     /// Connections currently held (for tests and metrics).
     pub fn open_sockets(&self) -> usize {
         self.sockets.borrow().iter().filter(|s| s.is_some()).count()
+    }
+}
+
+/// An outbound connection in progress; see [`Driver::connect`].
+struct Connecting {
+    addr: socket2::SockAddr,
+    /// The CONNECT's result (0 or -errno), once it completed.
+    result: Cell<Option<i32>>,
+    waker: Cell<Option<Waker>>,
+    /// The [`Connect`] future was dropped before the CONNECT completed: close on completion.
+    abandoned: Cell<bool>,
+}
+
+/// Resolves to the connected stream. Dropping it early closes the socket once the kernel is
+/// done with the CONNECT (the address it reads must outlive the operation).
+pub struct Connect {
+    driver: Rc<Driver>,
+    sock: Option<Rc<Socket>>,
+    pending: Rc<Connecting>,
+}
+
+impl std::future::Future for Connect {
+    type Output = io::Result<UringStream>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.pending.result.get() {
+            None => {
+                self.pending.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+            Some(res) => {
+                let sock = self.sock.take().expect("Connect polled after completion");
+                if res < 0 {
+                    sock.closing.set(true);
+                    self.driver.mark_dirty(&sock);
+                    return Poll::Ready(Err(io::Error::from_raw_os_error(-res)));
+                }
+                self.driver.arm_recv(&sock);
+                Poll::Ready(Ok(UringStream {
+                    driver: self.driver.clone(),
+                    sock,
+                }))
+            }
+        }
+    }
+}
+
+impl Drop for Connect {
+    fn drop(&mut self) {
+        if let Some(sock) = self.sock.take() {
+            if self.pending.result.get().is_some() {
+                sock.closing.set(true);
+                self.driver.mark_dirty(&sock);
+            } else {
+                self.pending.abandoned.set(true);
+            }
+        }
     }
 }
 

@@ -167,6 +167,11 @@ impl Postgres {
         )
     }
 
+    /// Replace pg_hba.conf (the caller then reloads with `select pg_reload_conf()`).
+    pub fn write_hba(&self, contents: &str) {
+        fs::write(self.dir.join("data").join("pg_hba.conf"), contents).expect("write pg_hba.conf");
+    }
+
     fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;

@@ -1,0 +1,302 @@
+//! ringwire as a client of the upstream server: the startup exchange (trust, cleartext, md5,
+//! SCRAM-SHA-256), and a buffer of the server's replies framed with `protocol::wire`.
+
+use std::io;
+
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use protocol::backend::BackendMessage;
+use protocol::frontend;
+use protocol::wire::{split_frame, Frame};
+use shards::auth::client::{md5_response, ScramClient, SCRAM_SHA_256};
+
+use super::UpstreamConfig;
+
+/// PostgreSQL's own limit on a message (MaxAllocSize): a longer length field means the stream
+/// is out of step.
+pub const MAX_BACKEND_MESSAGE_BYTES: usize = 1 << 30;
+const REPLY_BUF_BYTES: usize = 16 << 10;
+
+/// Replies received from the upstream server, not yet handled: `buf[start..end]`.
+pub struct ReplyBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Default for ReplyBuf {
+    fn default() -> Self {
+        ReplyBuf {
+            buf: vec![0; REPLY_BUF_BYTES],
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
+impl ReplyBuf {
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(
+            self.start + n <= self.end,
+            "consumed more than was buffered"
+        );
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// The complete message at the front, if there is one, and its length on the wire.
+    pub fn frame(&self) -> io::Result<Option<(Frame<'_>, usize)>> {
+        split_frame(self.data(), MAX_BACKEND_MESSAGE_BYTES)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.message.to_string()))
+    }
+
+    /// Read more. The end of the stream is an error: a server never closes mid-exchange
+    /// without reason.
+    pub async fn fill<S: AsyncRead + Unpin>(&mut self, stream: &mut S) -> io::Result<()> {
+        let want = protocol::wire::frame_bytes_needed(self.data()).unwrap_or(5);
+        if self.start > 0 && self.end + want > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end + want > self.buf.len() {
+            let len = (self.end + want).max(self.buf.len() * 2);
+            self.buf.resize(len, 0);
+        }
+        let n = stream.read(&mut self.buf[self.end..]).await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the upstream server closed the connection",
+            ));
+        }
+        self.end += n;
+        Ok(())
+    }
+
+    /// Give back a buffer that grew for one large message.
+    pub fn shrink_if_idle(&mut self) {
+        if self.start == self.end && self.buf.len() > 1 << 20 {
+            self.buf = vec![0; REPLY_BUF_BYTES];
+        }
+    }
+}
+
+/// What the server told us at startup.
+#[derive(Clone, Debug, Default)]
+pub struct Handshake {
+    pub parameters: Vec<(String, String)>,
+    pub process_id: i32,
+    pub secret_key: i32,
+}
+
+/// Run the startup exchange on a fresh stream, up to the first ReadyForQuery.
+pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    config: &UpstreamConfig,
+) -> Result<Handshake, String> {
+    let io_err = |e: io::Error| format!("{}: {e}", config.address);
+    let mut out = Vec::new();
+    frontend::encode_startup(
+        &mut out,
+        frontend::PROTOCOL_3_0,
+        &[
+            ("user", &config.user),
+            ("database", &config.database),
+            ("application_name", "ringwire"),
+        ],
+    );
+    stream.write_all(&out).await.map_err(io_err)?;
+    let mut handshake = Handshake::default();
+    let mut scram: Option<ScramClient> = None;
+    let password = || {
+        config.password.as_deref().ok_or_else(|| {
+            format!(
+                "{} asks for a password and the upstream URL has none",
+                config.address
+            )
+        })
+    };
+    loop {
+        let len = loop {
+            if let Some((_, len)) = buf.frame().map_err(io_err)? {
+                break len;
+            }
+            buf.fill(stream).await.map_err(io_err)?;
+        };
+        let (frame, _) = buf
+            .frame()
+            .map_err(io_err)?
+            .expect("a whole frame is buffered");
+        let msg = BackendMessage::parse(frame).map_err(|e| {
+            format!(
+                "{}: malformed message at startup: {}",
+                config.address, e.message
+            )
+        })?;
+        out.clear();
+        match msg {
+            BackendMessage::AuthenticationOk => {}
+            BackendMessage::AuthenticationCleartextPassword => {
+                frontend::encode_password(&mut out, password()?);
+            }
+            BackendMessage::AuthenticationMd5Password { salt } => {
+                frontend::encode_password(&mut out, &md5_response(&config.user, password()?, salt));
+            }
+            BackendMessage::AuthenticationSasl { mechanisms } => {
+                if !mechanisms.contains(&SCRAM_SHA_256) {
+                    return Err(format!(
+                        "{} offers SASL mechanisms {mechanisms:?}, ringwire speaks {SCRAM_SHA_256}",
+                        config.address
+                    ));
+                }
+                let client = ScramClient::new(password()?);
+                frontend::encode_sasl_initial_response(
+                    &mut out,
+                    SCRAM_SHA_256,
+                    &client.client_first(),
+                );
+                scram = Some(client);
+            }
+            BackendMessage::AuthenticationSaslContinue { data } => {
+                let client = scram.as_mut().ok_or("SASLContinue before SASL")?;
+                let reply = client
+                    .server_first(data)
+                    .map_err(|e| format!("{}: {e}", config.address))?;
+                frontend::encode_sasl_response(&mut out, &reply);
+            }
+            BackendMessage::AuthenticationSaslFinal { data } => {
+                let client = scram.as_ref().ok_or("SASLFinal before SASL")?;
+                client
+                    .server_final(data)
+                    .map_err(|e| format!("{}: {e}", config.address))?;
+            }
+            BackendMessage::ParameterStatus { name, value } => {
+                handshake
+                    .parameters
+                    .push((name.to_string(), value.to_string()));
+            }
+            BackendMessage::BackendKeyData {
+                process_id,
+                secret_key,
+            } => {
+                handshake.process_id = process_id;
+                handshake.secret_key = secret_key;
+            }
+            BackendMessage::ReadyForQuery { .. } => {
+                buf.consume(len);
+                return Ok(handshake);
+            }
+            BackendMessage::ErrorResponse(fields) => {
+                return Err(format!(
+                    "{} refused the connection: {} ({})",
+                    config.address,
+                    fields.message(),
+                    fields.code()
+                ));
+            }
+            BackendMessage::NoticeResponse(_) | BackendMessage::NegotiateProtocolVersion { .. } => {
+            }
+            other => {
+                return Err(format!(
+                    "{}: unexpected message at startup: {other:?}",
+                    config.address
+                ))
+            }
+        }
+        buf.consume(len);
+        if !out.is_empty() {
+            stream.write_all(&out).await.map_err(io_err)?;
+        }
+    }
+}
+
+/// A blocking socket seen as `AsyncRead + AsyncWrite` (every poll completes at once), so the
+/// startup exchange can be run once from `main` before any shard starts, to check the upstream
+/// URL and learn the server's parameters.
+pub struct Blocking<T>(pub T);
+
+impl<T: io::Read + Unpin> AsyncRead for Blocking<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::task::Poll::Ready(self.get_mut().0.read(buf))
+    }
+}
+
+impl<T: io::Write + Unpin> AsyncWrite for Blocking<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::task::Poll::Ready(self.get_mut().0.write(buf))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(self.get_mut().0.flush())
+    }
+
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Connect once with a blocking socket and run the startup exchange: checks the URL and
+/// credentials before the shards start, and returns the server's parameters.
+pub fn probe(config: &UpstreamConfig) -> Result<Handshake, String> {
+    use shards::connect::Address;
+    let timeout = std::time::Duration::from_secs(10);
+    let mut buf = ReplyBuf::default();
+    match &config.address {
+        Address::Tcp(addr) => {
+            let s = std::net::TcpStream::connect_timeout(addr, timeout)
+                .map_err(|e| format!("cannot connect to the upstream server {addr}: {e}"))?;
+            s.set_read_timeout(Some(timeout))
+                .map_err(|e| e.to_string())?;
+            futures_lite::future::block_on(startup(&mut Blocking(s), &mut buf, config))
+        }
+        Address::Unix(path) => {
+            let s = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
+                format!(
+                    "cannot connect to the upstream server {}: {e}",
+                    path.display()
+                )
+            })?;
+            s.set_read_timeout(Some(timeout))
+                .map_err(|e| e.to_string())?;
+            futures_lite::future::block_on(startup(&mut Blocking(s), &mut buf, config))
+        }
+    }
+}
+
+/// Ask the server to cancel what backend `process_id` runs (a CancelRequest on a new
+/// connection, as libpq does). Best effort: the server never answers it.
+pub async fn send_cancel(config: &UpstreamConfig, process_id: i32, secret_key: i32) {
+    let mut out = Vec::with_capacity(16);
+    frontend::encode_cancel(&mut out, process_id, &secret_key.to_be_bytes());
+    match shards::connect::connect(&config.address).await {
+        Ok(mut s) => {
+            let _ = s.write_all(&out).await;
+            // Wait for the server to close it, so the request is read before we drop it.
+            let mut b = [0u8; 1];
+            let _ = s.read(&mut b).await;
+        }
+        Err(e) => log::warn!("cannot send a cancel request to {}: {e}", config.address),
+    }
+}

@@ -1,0 +1,248 @@
+//! Upstream mode (`--upstream postgres://…`): PostgreSQL is the compute and ringwire the
+//! frontend. Each shard relays its clients' messages to a pool of upstream connections of its
+//! own (no cross-core hop, no shared pool), opened over the shard's own socket path.
+//!
+//! - [`client`]: ringwire as a PostgreSQL client: startup and authentication, the reply buffer.
+//! - `pool`: the shard's upstream connections and the shard's prepared-statement names.
+//! - `classify`: what a statement does to session state (SET tracking, what pins a session).
+//! - `session`: one client's relay: message rewriting, replies in order, transaction pooling.
+//!
+//! See docs/ARCHITECTURE.md, "Upstream mode", for why this is a relay and not an `Engine`
+//! that answers message by message.
+
+mod classify;
+pub mod client;
+mod pool;
+mod session;
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bumpalo::Bump;
+use protocol::backend::{self, TransactionStatus};
+use protocol::frontend::{Bind, Oids};
+use protocol::PgError;
+use shards::connect::Address;
+use shards::engine::{CancelToken, Cx, Engine, Execution, SessionStart};
+
+pub use session::Session;
+
+/// Where the upstream server is and how ringwire logs in to it.
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    pub address: Address,
+    pub user: String,
+    pub password: Option<String>,
+    pub database: String,
+    /// Upstream connections each shard may open.
+    pub pool_size_per_shard: usize,
+}
+
+impl UpstreamConfig {
+    /// `postgres[ql]://USER[:PASSWORD]@HOST[:PORT][/DATABASE][?host=/socket/dir]`. With
+    /// `host=DIR` (or a HOST that is a percent-encoded path) the server is reached on its Unix
+    /// socket `DIR/.s.PGSQL.PORT`. User, password and database may be percent-encoded.
+    pub fn parse_url(url: &str, pool_size_per_shard: usize) -> Result<UpstreamConfig, String> {
+        let bad = |why: &str| format!("--upstream {url:?}: {why}");
+        let rest = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+            .ok_or_else(|| bad("expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, database) = rest.split_once('/').unwrap_or((rest, ""));
+        let (userinfo, hostport) = authority
+            .rsplit_once('@')
+            .ok_or_else(|| bad("the URL names no user (USER@HOST)"))?;
+        let (user, password) = match userinfo.split_once(':') {
+            Some((u, p)) => (
+                percent_decode(u).map_err(|e| bad(&e))?,
+                Some(percent_decode(p).map_err(|e| bad(&e))?),
+            ),
+            None => (percent_decode(userinfo).map_err(|e| bad(&e))?, None),
+        };
+        if user.is_empty() {
+            return Err(bad("the user is empty"));
+        }
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+                h,
+                p.parse::<u16>()
+                    .map_err(|_| bad("the port is not a number"))?,
+            ),
+            _ => (hostport, 5432),
+        };
+        let mut host = percent_decode(host).map_err(|e| bad(&e))?;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("host", v)) => host = percent_decode(v).map_err(|e| bad(&e))?,
+                _ => return Err(bad(&format!("unsupported parameter {pair:?} (only host=)"))),
+            }
+        }
+        let address = if host.starts_with('/') {
+            Address::Unix(std::path::Path::new(&host).join(format!(".s.PGSQL.{port}")))
+        } else {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            use std::net::ToSocketAddrs;
+            let addr = (host, port)
+                .to_socket_addrs()
+                .map_err(|e| bad(&format!("cannot resolve {host}: {e}")))?
+                .next()
+                .ok_or_else(|| bad(&format!("{host} has no address")))?;
+            Address::Tcp(addr)
+        };
+        let database = percent_decode(database).map_err(|e| bad(&e))?;
+        Ok(UpstreamConfig {
+            address,
+            database: if database.is_empty() {
+                user.clone()
+            } else {
+                database
+            },
+            user,
+            password,
+            pool_size_per_shard,
+        })
+    }
+}
+
+fn percent_decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-encoding in {s:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8 once decoded"))
+}
+
+/// The per-shard engine of upstream mode: every connection is relayed (see
+/// [`Engine::relays`]); the message-level calls of the embedded engine are never made.
+pub struct Upstream {
+    shard: Rc<pool::ShardUpstream>,
+}
+
+impl Upstream {
+    /// Built on the shard's thread. `parameters` are what the upstream server reported at
+    /// startup (probed once by `main`), shown to clients as their startup ParameterStatus.
+    pub fn new(config: Arc<UpstreamConfig>, parameters: Arc<Vec<(String, String)>>) -> Upstream {
+        Upstream {
+            shard: Rc::new(pool::ShardUpstream::new(config, parameters)),
+        }
+    }
+}
+
+/// The message-level calls: unreachable by construction (the connection loop runs
+/// `shards::relay` for engines that relay), so reaching one is a bug in `shards`.
+const NOT_RELAYED: &str = "upstream mode relays every message; the state machine never calls this";
+
+impl Engine for Upstream {
+    type Session = Session;
+    type Statement = ();
+    type Portal = ();
+    type Message = ();
+
+    fn on_message(&self, _msg: ()) {}
+
+    fn open_session(&self, start: &SessionStart<'_>) -> Result<Session, PgError> {
+        Session::open(self.shard.clone(), start)
+    }
+
+    fn close_session(&self, session: &mut Session) {
+        session.close();
+    }
+
+    fn write_startup_parameters(&self, session: &Session, out: &mut Vec<u8>) {
+        for (name, value) in self.shard.parameters.iter() {
+            let value = session.startup_value(name).unwrap_or(value);
+            backend::write_parameter_status(out, name, value);
+        }
+    }
+
+    fn relays(&self) -> bool {
+        true
+    }
+
+    async fn relay(
+        &self,
+        session: &mut Session,
+        frames: &[u8],
+        cancel: &CancelToken,
+        out: &mut Vec<u8>,
+        client: &mut (dyn futures_lite::AsyncWrite + Unpin),
+    ) -> Result<(), PgError> {
+        session.relay(frames, cancel, out, client).await
+    }
+
+    async fn simple_query(&self, _cx: &mut Cx<'_, Self>, _sql: &str) -> Result<(), PgError> {
+        unreachable!("{NOT_RELAYED}")
+    }
+
+    fn parse(&self, _cx: &mut Cx<'_, Self>, _sql: &str, _t: Oids<'_>) -> Result<Rc<()>, PgError> {
+        unreachable!("{NOT_RELAYED}")
+    }
+
+    fn describe_statement(&self, _s: &(), _arena: &Bump, _out: &mut Vec<u8>) {
+        unreachable!("{NOT_RELAYED}")
+    }
+
+    fn bind(&self, _cx: &mut Cx<'_, Self>, _s: &Rc<()>, _b: &Bind<'_>) -> Result<(), PgError> {
+        unreachable!("{NOT_RELAYED}")
+    }
+
+    fn describe_portal(&self, _p: &(), _arena: &Bump, _out: &mut Vec<u8>) {
+        unreachable!("{NOT_RELAYED}")
+    }
+
+    async fn copy_in_done(
+        &self,
+        _cx: &mut Cx<'_, Self>,
+        _data: Result<Vec<u8>, PgError>,
+    ) -> Result<(), PgError> {
+        unreachable!("{NOT_RELAYED}")
+    }
+
+    fn end_of_cycle(&self, _s: &mut Session, _tx: TransactionStatus, _e: bool, _out: &mut Vec<u8>) {
+        unreachable!("{NOT_RELAYED}")
+    }
+
+    async fn execute(
+        &self,
+        _cx: &mut Cx<'_, Self>,
+        _portal: &mut (),
+        _max_rows: u32,
+    ) -> Result<Execution, PgError> {
+        unreachable!("{NOT_RELAYED}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let c = UpstreamConfig::parse_url("postgres://u:p%40ss@127.0.0.1:5433/db", 4).unwrap();
+        assert_eq!(c.address, Address::Tcp("127.0.0.1:5433".parse().unwrap()));
+        assert_eq!(
+            (c.user.as_str(), c.password.as_deref()),
+            ("u", Some("p@ss"))
+        );
+        assert_eq!(c.database, "db");
+        let c = UpstreamConfig::parse_url("postgresql://postgres@localhost?host=/tmp", 4).unwrap();
+        assert_eq!(c.address, Address::Unix("/tmp/.s.PGSQL.5432".into()));
+        assert_eq!((c.database.as_str(), c.password), ("postgres", None));
+        assert!(UpstreamConfig::parse_url("mysql://u@h/d", 1).is_err());
+        assert!(UpstreamConfig::parse_url("postgres://h:5432/d", 1).is_err());
+        assert!(UpstreamConfig::parse_url("postgres://u@h:x/d", 1).is_err());
+    }
+}

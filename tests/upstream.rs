@@ -1,0 +1,504 @@
+//! Upstream mode (`--upstream`): ringwire in front of a real PostgreSQL 15, with real clients
+//! (tokio-postgres, psql, pgbench). Small pools (`--upstream-pool-size 1`, one or two shards)
+//! make clients share upstream connections, which is what these tests are about: prepared
+//! statements, settings, transactions, cancels and failures must behave per client as if each
+//! had PostgreSQL to itself.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::postgres::Postgres;
+use common::ringwire::Ringwire;
+use tokio_postgres::{error::SqlState, Client, NoTls, SimpleQueryMessage};
+
+fn start(pg: &Postgres, shards: &str, pool: &str) -> Ringwire {
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    Ringwire::start(&[
+        "--shards",
+        shards,
+        "--upstream",
+        &url,
+        "--upstream-pool-size",
+        pool,
+    ])
+}
+
+async fn connect_to(conn: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(conn, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {conn}: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+async fn connect(rw: &Ringwire) -> Client {
+    connect_to(&rw.connection_string("postgres")).await
+}
+
+async fn direct(pg: &Postgres) -> Client {
+    connect_to(&pg.connection_string()).await
+}
+
+fn first_value(messages: &[SimpleQueryMessage]) -> String {
+    messages
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("NULL").to_string()),
+            _ => None,
+        })
+        .expect("a row")
+}
+
+async fn show(client: &Client, name: &str) -> String {
+    first_value(&client.simple_query(&format!("show {name}")).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_and_extended_queries_with_statements_shared_across_pooled_connections() {
+    let pg = Postgres::start();
+    // One shard, one upstream connection: every client below runs on the same upstream
+    // connection, so their statement names must be mapped apart.
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    a.batch_execute(
+        "create table kv (k int primary key, v text); insert into kv values (1, 'one'), (2, 'two')",
+    )
+    .await
+    .unwrap();
+    // Both clients' drivers name their first statement "s0": different texts, one name.
+    let sa = a.prepare("select v from kv where k = $1").await.unwrap();
+    let sb = b.prepare("select k, v from kv order by k").await.unwrap();
+    for _ in 0..3 {
+        let row = a.query_one(&sa, &[&2i32]).await.unwrap();
+        assert_eq!(row.get::<_, &str>(0), "two");
+        let rows = b.query(&sb, &[]).await.unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].get::<_, i32>(0), 2);
+    }
+    // The same text prepared by a third client reuses the shard's upstream statement.
+    let c = connect(&rw).await;
+    let sc = c.prepare("select v from kv where k = $1").await.unwrap();
+    assert_eq!(
+        c.query_one(&sc, &[&1i32]).await.unwrap().get::<_, &str>(0),
+        "one"
+    );
+    // Closing a statement on one client leaves the others' working.
+    drop(sc);
+    assert_eq!(
+        a.query_one(&sa, &[&1i32]).await.unwrap().get::<_, &str>(0),
+        "one"
+    );
+    // Errors: a bad statement fails alone, the session goes on; parameter types flow through.
+    let err = a.query("select * from nope", &[]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::UNDEFINED_TABLE));
+    let n: i64 = a
+        .query_one("select $1::int8 * 2", &[&21i64])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 42);
+    // Results match PostgreSQL's own, binary formats included.
+    let d = direct(&pg).await;
+    let q = "select k, v, k::float8 / 3, now() - now() from kv order by k";
+    let via: Vec<(i32, String, f64)> = a
+        .query(q, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let own: Vec<(i32, String, f64)> = d
+        .query(q, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(via, own);
+    // The statement upstream is prepared once per connection, under ringwire's name.
+    let names: i64 = first_value(
+        &a.simple_query("select count(*) from pg_prepared_statements where name like 'ringwire_%'")
+            .await
+            .unwrap(),
+    )
+    .parse()
+    .unwrap();
+    assert!(names >= 2, "{names} ringwire statements upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    let default = show(&b, "statement_timeout").await;
+    a.batch_execute("begin; set statement_timeout = '1234s'; rollback")
+        .await
+        .unwrap();
+    assert_eq!(show(&a, "statement_timeout").await, default);
+    assert_eq!(show(&b, "statement_timeout").await, default);
+    // A failed block's SET is rolled back too.
+    a.batch_execute("begin; set statement_timeout = '99s'")
+        .await
+        .unwrap();
+    assert!(a.batch_execute("select 1/0").await.is_err());
+    a.batch_execute("commit").await.unwrap();
+    assert_eq!(show(&a, "statement_timeout").await, default);
+    // A committed SET stays with its client, on whatever connection it runs next, and never
+    // reaches the other client on the same upstream connection.
+    a.batch_execute("set statement_timeout = '4321s'")
+        .await
+        .unwrap();
+    a.batch_execute("begin; set search_path = pg_catalog, public; commit")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(show(&b, "statement_timeout").await, default);
+        assert_eq!(show(&a, "statement_timeout").await, "4321s");
+        assert_eq!(show(&a, "search_path").await, "pg_catalog, public");
+        assert_eq!(show(&b, "search_path").await, "\"$user\", public");
+    }
+    a.batch_execute("reset statement_timeout").await.unwrap();
+    assert_eq!(show(&a, "statement_timeout").await, default);
+    assert_eq!(show(&a, "search_path").await, "pg_catalog, public");
+    // Startup parameters are the client's own defaults.
+    let c = connect_to(&format!(
+        "{} application_name=upstream-test options='-c work_mem=7MB'",
+        rw.connection_string("postgres")
+    ))
+    .await;
+    assert_eq!(show(&c, "application_name").await, "upstream-test");
+    assert_eq!(show(&c, "work_mem").await, "7MB");
+    assert_ne!(show(&b, "work_mem").await, "7MB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_pins_its_connection_until_it_ends() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    a.batch_execute("create table t (x int)").await.unwrap();
+    a.batch_execute("begin; insert into t values (1)")
+        .await
+        .unwrap();
+    let pid_in_tx = first_value(&a.simple_query("select pg_backend_pid()").await.unwrap());
+    // A sees its own uncommitted row: the block stays on one upstream connection.
+    assert_eq!(
+        first_value(&a.simple_query("select count(*) from t").await.unwrap()),
+        "1"
+    );
+    // B needs the only upstream connection, so it waits for A's transaction to end.
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move {
+        let n = first_value(&b.simple_query("select count(*) from t").await.unwrap());
+        (n, started.elapsed(), b)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiter.is_finished(),
+        "B ran while A's transaction held the connection"
+    );
+    a.batch_execute("commit").await.unwrap();
+    let (n, waited, b) = waiter.await.unwrap();
+    assert_eq!(n, "1", "B sees A's committed row");
+    assert!(waited >= Duration::from_millis(500));
+    // Both then run on the same pooled connection.
+    let pid_b = first_value(&b.simple_query("select pg_backend_pid()").await.unwrap());
+    assert_eq!(pid_b, pid_in_tx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_vanishes_mid_transaction_is_rolled_back_upstream() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    a.batch_execute("create table t (x int)").await.unwrap();
+    a.batch_execute("begin; insert into t values (1)")
+        .await
+        .unwrap();
+    drop(a);
+    let b = connect(&rw).await;
+    assert_eq!(
+        first_value(&b.simple_query("select count(*) from t").await.unwrap()),
+        "0"
+    );
+    // The connection was reused, not left idle in transaction.
+    let d = direct(&pg).await;
+    let stuck = first_value(
+        &d.simple_query(
+            "select count(*) from pg_stat_activity where state like 'idle in transaction%'",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(stuck, "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_the_running_upstream_statement_only() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "2", "2");
+    for _ in 0..3 {
+        let client = connect(&rw).await;
+        let token = client.cancel_token();
+        // A cancel while nothing runs is dropped: the next statement is not hit by it.
+        token.cancel_query(NoTls).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            first_value(
+                &client
+                    .simple_query("select pg_sleep(0.3), 7")
+                    .await
+                    .unwrap()
+            ),
+            ""
+        );
+        let started = Instant::now();
+        let sleeper = tokio::spawn(async move {
+            client
+                .simple_query("select pg_sleep(10)")
+                .await
+                .map(|_| client)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        token.cancel_query(NoTls).await.unwrap();
+        let err = match sleeper.await.unwrap() {
+            Ok(_) => panic!("pg_sleep(10) was not cancelled"),
+            Err(e) => e,
+        };
+        assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_connection_killed_mid_transaction_fails_with_08006_and_the_client_goes_on() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "2");
+    let a = connect(&rw).await;
+    a.batch_execute("create table t (x int)").await.unwrap();
+    a.batch_execute("begin; insert into t values (1)")
+        .await
+        .unwrap();
+    let pid: i32 = first_value(&a.simple_query("select pg_backend_pid()").await.unwrap())
+        .parse()
+        .unwrap();
+    let d = direct(&pg).await;
+    d.execute("select pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let err = a
+        .batch_execute("insert into t values (2)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::CONNECTION_FAILURE), "{err}");
+    // The client is still connected, outside any transaction, on a fresh upstream connection.
+    assert_eq!(
+        first_value(&a.simple_query("select count(*) from t").await.unwrap()),
+        "0"
+    );
+    let stmt = a.prepare("select count(*) + $1 from t").await.unwrap();
+    assert_eq!(
+        a.query_one(&stmt, &[&1i64]).await.unwrap().get::<_, i64>(0),
+        1
+    );
+    // An idle pooled connection that died is replaced without the client noticing.
+    let pid: i32 = first_value(&a.simple_query("select pg_backend_pid()").await.unwrap())
+        .parse()
+        .unwrap();
+    d.execute("select pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        a.query_one(&stmt, &[&2i64]).await.unwrap().get::<_, i64>(0),
+        2
+    );
+}
+
+fn psql(port: u16, sql: &str, stdin: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-X",
+        ])
+        .args(["-v", "ON_ERROR_STOP=1", "-At", "-c", sql, "postgres"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "psql -c {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn psql_and_copy_from_stdin() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "2", "2");
+    psql(rw.port, "create table c (a int, b text)", "");
+    psql(rw.port, "copy c from stdin", "1\tx\n2\ty\n");
+    assert_eq!(
+        psql(rw.port, "select string_agg(b, ',' order by a) from c", ""),
+        "x,y\n"
+    );
+    // A failing COPY reports PostgreSQL's error and the same session goes on.
+    let mut child = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &rw.port.to_string(),
+            "-U",
+            "postgres",
+            "-X",
+            "-At",
+        ])
+        .args([
+            "-c",
+            "copy c from stdin",
+            "-c",
+            "select count(*) from c",
+            "postgres",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"3\tz\nnot-a-number\tw\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid input syntax for type integer"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2\n");
+    assert_eq!(psql(rw.port, "select count(*) from c", ""), "2\n");
+}
+
+fn pgbench(port: u16, args: &[&str]) -> String {
+    common::pgbench::run(port, args)
+}
+
+/// Consistency of the tpcb-like tables: each transaction adds the same delta to one account,
+/// teller and branch and logs it in history (valid for one run after `-i`, which truncates
+/// history and resets balances).
+async fn assert_tpcb_consistent(pg: &Postgres, transactions: u64) {
+    let d = direct(pg).await;
+    let row = d
+        .query_one(
+            "select (select coalesce(sum(abalance), 0) from pgbench_accounts)::int8,
+                    (select coalesce(sum(tbalance), 0) from pgbench_tellers)::int8,
+                    (select coalesce(sum(bbalance), 0) from pgbench_branches)::int8,
+                    (select coalesce(sum(delta), 0) from pgbench_history)::int8,
+                    (select count(*) from pgbench_history)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (a, t, b, h, n): (i64, i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    assert_eq!((a, t, b), (h, h, h), "balances disagree with history");
+    assert_eq!(n as u64, transactions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_through_ringwire_in_every_protocol_mode() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "2", "2");
+    pgbench(rw.port, &["-i", "-s", "1", "-q"]);
+    let report = pgbench(rw.port, &["-S", "-c", "8", "-j", "2", "-T", "2"]);
+    let (done, failed) = common::pgbench::processed_and_failed(&report);
+    assert!(done > 0 && failed == 0, "{report}");
+    // tpcb-like: more clients than upstream connections (2 shards × 2), so transactions
+    // queue for connections. -j = -c: pgbench's prepared mode prepares synchronously, which
+    // would block a thread's other clients while one holds a connection.
+    for mode in ["simple", "extended", "prepared"] {
+        pgbench(rw.port, &["-i", "-s", "1", "-q"]);
+        let report = pgbench(rw.port, &["-M", mode, "-c", "6", "-j", "6", "-t", "50"]);
+        let (done, failed) = common::pgbench::processed_and_failed(&report);
+        assert_eq!((done, failed), (300, 0), "{mode}: {report}");
+        assert_tpcb_consistent(&pg, 300).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_authentication_scram_and_md5() {
+    let pg = Postgres::start();
+    let d = direct(&pg).await;
+    d.batch_execute(
+        "set password_encryption = 'scram-sha-256'; create role s login password 'sécret';
+         set password_encryption = 'md5'; create role m login password 'md5pw';
+         grant all on schema public to s, m",
+    )
+    .await
+    .unwrap();
+    pg.write_hba(
+        "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
+         host all s 127.0.0.1/32 scram-sha-256\nhost all m 127.0.0.1/32 md5\n",
+    );
+    d.batch_execute("select pg_reload_conf()").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (user, password) in [("s", "s%C3%A9cret"), ("m", "md5pw")] {
+        let url = format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/postgres",
+            pg.port
+        );
+        let rw = Ringwire::start(&["--shards", "1", "--upstream", &url]);
+        let c = connect(&rw).await;
+        assert_eq!(
+            first_value(&c.simple_query("select current_user").await.unwrap()),
+            user
+        );
+        // A wrong password is a startup error, not a broken server.
+        let bad = format!("postgres://{user}:wrong@127.0.0.1:{}/postgres", pg.port);
+        let out = Command::new(env!("CARGO_BIN_EXE_ringwire"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--shards",
+                "1",
+                "--upstream",
+                &bad,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("28P01"), "{stderr}");
+    }
+}
