@@ -502,3 +502,30 @@ async fn upstream_authentication_scram_and_md5() {
         assert!(stderr.contains("28P01"), "{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    a.batch_execute("create table d (x int); insert into d values (1)")
+        .await
+        .unwrap();
+    let old = a.prepare("select * from d").await.unwrap();
+    assert_eq!(a.query(&old, &[]).await.unwrap()[0].len(), 1);
+    direct(&pg)
+        .await
+        .batch_execute("alter table d add column y int default 5")
+        .await
+        .unwrap();
+    // The statement prepared before keeps failing, as it does on PostgreSQL itself.
+    let err = a.query(&old, &[]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{err}");
+    // The same text prepared again, by this client or another, sees the new columns.
+    let b = connect(&rw).await;
+    let fresh = b.prepare("select * from d").await.unwrap();
+    let rows = b.query(&fresh, &[]).await.unwrap();
+    assert_eq!((rows[0].len(), rows[0].get::<_, i32>(1)), (2, 5));
+    let again = a.prepare("select * from d").await.unwrap();
+    assert_eq!(a.query(&again, &[]).await.unwrap()[0].len(), 2);
+}
