@@ -502,3 +502,116 @@ async fn upstream_authentication_scram_and_md5() {
         assert!(stderr.contains("28P01"), "{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    a.batch_execute("create table d (x int); insert into d values (1)")
+        .await
+        .unwrap();
+    let old = a.prepare("select * from d").await.unwrap();
+    assert_eq!(a.query(&old, &[]).await.unwrap()[0].len(), 1);
+    direct(&pg)
+        .await
+        .batch_execute("alter table d add column y int default 5")
+        .await
+        .unwrap();
+    // The statement prepared before keeps failing, as it does on PostgreSQL itself.
+    let err = a.query(&old, &[]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{err}");
+    // The same text prepared again, by this client or another, sees the new columns.
+    let b = connect(&rw).await;
+    let fresh = b.prepare("select * from d").await.unwrap();
+    let rows = b.query(&fresh, &[]).await.unwrap();
+    assert_eq!((rows[0].len(), rows[0].get::<_, i32>(1)), (2, 5));
+    let again = a.prepare("select * from d").await.unwrap();
+    assert_eq!(a.query(&again, &[]).await.unwrap()[0].len(), 2);
+}
+
+/// Send raw bytes, then read messages until `ready` ReadyForQuery; returns (tag, SQLSTATE of
+/// an ErrorResponse) per message.
+fn raw_exchange(
+    stream: &mut std::net::TcpStream,
+    bytes: &[u8],
+    ready: usize,
+) -> Vec<(u8, Option<String>)> {
+    use protocol::backend::BackendMessage;
+    use std::io::{Read, Write};
+    stream.write_all(bytes).unwrap();
+    let mut buf = Vec::new();
+    let mut got = Vec::new();
+    let mut seen = 0;
+    while seen < ready {
+        while let Some((frame, n)) = protocol::wire::split_frame(&buf, 1 << 30).unwrap() {
+            let code = match BackendMessage::parse(frame) {
+                Ok(BackendMessage::ErrorResponse(f)) => Some(f.code().to_string()),
+                _ => None,
+            };
+            got.push((frame.tag, code));
+            if frame.tag == b'Z' {
+                seen += 1;
+            }
+            buf.drain(..n);
+        }
+        if seen >= ready {
+            break;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "ringwire closed the connection; got {got:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    got
+}
+
+#[test]
+fn malformed_and_misordered_messages_get_errors_and_the_session_goes_on() {
+    use protocol::frontend::{self, Target};
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let mut s = std::net::TcpStream::connect(rw.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    frontend::encode_startup(
+        &mut out,
+        frontend::PROTOCOL_3_0,
+        &[("user", "postgres"), ("database", "postgres")],
+    );
+    let got = raw_exchange(&mut s, &out, 1);
+    assert_eq!(got.last().unwrap().0, b'Z');
+
+    // Bind of a statement that does not exist, then messages that must be skipped to Sync.
+    out.clear();
+    frontend::encode_bind(&mut out, "", "nope", &[], &[], &[]);
+    frontend::encode_execute(&mut out, "", 0);
+    frontend::encode_empty(&mut out, b'S');
+    let got = raw_exchange(&mut s, &out, 1);
+    let tags: Vec<u8> = got.iter().map(|g| g.0).collect();
+    assert_eq!(tags, b"EZ", "{got:?}");
+    assert_eq!(got[0].1.as_deref(), Some("26000"));
+
+    // A duplicate statement name, reported in place, after a good Parse's ParseComplete.
+    out.clear();
+    frontend::encode_parse(&mut out, "a", "select 1", &[]);
+    frontend::encode_parse(&mut out, "a", "select 2", &[]);
+    frontend::encode_describe(&mut out, Target::Statement, "a");
+    frontend::encode_empty(&mut out, b'S');
+    let got = raw_exchange(&mut s, &out, 1);
+    let tags: Vec<u8> = got.iter().map(|g| g.0).collect();
+    assert_eq!(tags, b"1EZ", "{got:?}");
+    assert_eq!(got[1].1.as_deref(), Some("42P05"));
+
+    // A Bind whose body is cut short: PostgreSQL's own error, and the session goes on.
+    out.clear();
+    out.extend_from_slice(&[b'B', 0, 0, 0, 9, 0, b'a', 0, 0, 5]);
+    frontend::encode_empty(&mut out, b'S');
+    frontend::encode_query(&mut out, "select 40 + 2");
+    let got = raw_exchange(&mut s, &out, 2);
+    assert!(got.iter().any(|g| g.0 == b'E'), "{got:?}");
+    assert!(
+        got.iter().any(|g| g.0 == b'D'),
+        "the next Query ran: {got:?}"
+    );
+}

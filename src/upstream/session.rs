@@ -745,12 +745,11 @@ impl Session {
                         ..
                     }) = self.expect.front()
                     {
-                        // "cached plan must not change result type": prepare afresh next time.
-                        let id = *id;
-                        self.shard.forget_statement(id);
-                        let server = self.server.as_mut().expect("held");
-                        server.prepared.remove(&id);
-                        self.statements.retain(|_, s| s.upstream != Some(id));
+                        // "cached plan must not change result type": the next Parse of this
+                        // text (by any client of the shard) prepares a new upstream statement.
+                        // Statements already prepared keep failing, as PostgreSQL's own do:
+                        // their clients hold the old row description.
+                        self.shard.forget_statement(*id);
                     }
                 }
                 if matches!(kind, Kind::Query | Kind::Sync) {
