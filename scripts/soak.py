@@ -360,7 +360,8 @@ async def slowloris(cid, port, deadline, stats):
                 conn.close(reset=rng.random() < 0.5)
                 stats.closed()
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, QueryError) as e:
-            stats.add(f"slowloris.{type(e).__name__}")
+            name = ["startup", "half_message", "slow_reader"][kind]
+            stats.add(f"slowloris_{name}.{type(e).__name__}")
             await asyncio.sleep(1)
 
 
@@ -640,7 +641,8 @@ def client_worker(specs, port, deadline, ramp_s, open_now, out_queue):
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(CLIENT_KINDS[kind](cid, port, deadline, stats)))
         await asyncio.sleep(max(0, deadline - time.monotonic()))
-        await asyncio.wait(tasks, timeout=30)
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
         open_now.value = stats.open_now
         publisher.cancel()
         return {"counts": stats.counts, "errors": stats.errors, "open_peak": stats.open_peak}
