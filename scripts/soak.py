@@ -7,8 +7,9 @@ time, and report whether the well-behaved ones were unharmed.
 Starts a release ringwire (`--shards 2`, free port, loopback) and runs, all at once:
 
   well-behaved  real queries over the simple and the extended protocol (point selects by key,
-                constant expressions, a 200-row range, writes to the client's own row in and out
-                of transaction blocks) with every answer checked; reconnects now and then
+                constant expressions, a 200-row range; --writers of them also update their own
+                table in and out of transaction blocks) with every answer checked; a query
+                unanswered for 30 s is an error; reconnects now and then
   slowloris     (a) a startup packet at one byte per second; (b) half a Query message, then
                 silence for the rest of the run; (c) a 2 MB result read at 4 KiB per second
   disconnect    closes (or resets) mid-query: mid 2 MB result, mid 4 MB row, during
@@ -29,6 +30,7 @@ inherits it) and sizes the run to fit.
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing
 import os
@@ -193,23 +195,36 @@ class Stats:
         self.add("well_behaved.errors")
 
 
-async def well_behaved(cid, port, deadline, stats):
+async def well_behaved(cid, port, deadline, stats, writer=False):
+    """Reads and constants; a writer also updates its own table, in and out of blocks.
+
+    Writers get a table each: ringwire's write locks are per table and held to the end of the
+    block (docs/ARCHITECTURE.md), so writers sharing one table queue behind each other — a
+    lock convoy that measures the client's own pacing, not harm from hostile clients.
+    """
     rng = random.Random(cid)
-    own_id = 100_000 + cid
+    own = f"soak_w{cid}"
+    own_id = 1
     counter = None
     conn = None
     queries = 0
+    op = "connect"
     while time.monotonic() < deadline:
         try:
+            op = "connect"
             if conn is None:
                 conn = await Conn.open(port)
                 stats.opened("well_behaved")
-                if counter is None:
-                    _, err = await conn.simple(f"insert into soak_own values ({own_id}, 0)")
-                    if err:
-                        raise QueryError(f"insert own row: {err}")
+                if writer and counter is None:
+                    op = "create own table"
+                    for sql in (f"create table {own} (id int primary key, n int)",
+                                f"insert into {own} values ({own_id}, 0)"):
+                        _, err = await conn.simple(sql)
+                        expect([], err, [], sql)
                     counter = 0
-            kind = rng.randrange(7)
+            kind = rng.randrange(7 if writer else 5)
+            op = ["simple point select", "extended point select", "extended constant",
+                  "simple constant", "200-row range", "update own row", "block"][kind]
             if kind == 0:
                 k = rng.randrange(1, KV_ROWS + 1)
                 rows, err = await conn.simple(f"select v from soak_kv where id = {k}")
@@ -229,15 +244,15 @@ async def well_behaved(cid, port, deadline, stats):
                 rows, err = await conn.simple("select id from soak_kv where id <= 200 order by id")
                 expect(rows, err, [[str(i)] for i in range(1, 201)], "200-row range")
             elif kind == 5:
-                rows, err = await conn.extended("update soak_own set n = n + 1 where id = $1 returning n", [own_id])
+                rows, err = await conn.extended(f"update {own} set n = n + 1 where id = $1 returning n", [own_id])
                 counter += 1
                 expect(rows, err, [[str(counter)]], "update own row")
             else:
-                for sql in ("begin", f"update soak_own set n = n + 1 where id = {own_id}"):
+                for sql in ("begin", f"update {own} set n = n + 1 where id = {own_id}"):
                     _, err = await conn.simple(sql)
                     expect([], err, [], sql)
                 counter += 1
-                rows, err = await conn.simple(f"select n from soak_own where id = {own_id}")
+                rows, err = await conn.simple(f"select n from {own} where id = {own_id}")
                 expect(rows, err, [[str(counter)]], "read own write in a block")
                 _, err = await conn.simple("commit")
                 expect([], err, [], "commit")
@@ -249,7 +264,9 @@ async def well_behaved(cid, port, deadline, stats):
                 conn = None
             await asyncio.sleep(rng.uniform(0.05, 0.15))
         except (QueryError, OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
-            stats.error(f"client {cid} after {queries} queries: {type(e).__name__} {e}")
+            stats.error(f"client {cid} ({'writer' if writer else 'reader'}) after {queries} queries, "
+                        f"during {op}: {type(e).__name__} {e}")
+            stats.add(f"well_behaved.errors.{op}")
             if conn is not None:
                 conn.close()
                 stats.closed()
@@ -343,7 +360,8 @@ async def slowloris(cid, port, deadline, stats):
                 conn.close(reset=rng.random() < 0.5)
                 stats.closed()
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, QueryError) as e:
-            stats.add(f"slowloris.{type(e).__name__}")
+            name = ["startup", "half_message", "slow_reader"][kind]
+            stats.add(f"slowloris_{name}.{type(e).__name__}")
             await asyncio.sleep(1)
 
 
@@ -521,10 +539,9 @@ def start_server(binary, shards, max_connections):
 async def setup(port):
     conn = await Conn.open(port)
     for sql in (
-        "drop table if exists soak_kv", "drop table if exists soak_big", "drop table if exists soak_own",
+        "drop table if exists soak_kv", "drop table if exists soak_big",
         "create table soak_kv (id int primary key, v text)",
         "create table soak_big (id int primary key, v text)",
-        "create table soak_own (id int primary key, n int)",
     ):
         _, err = await conn.simple(sql)
         if err:
@@ -593,9 +610,48 @@ async def run(args):
     return report
 
 
+CLIENT_KINDS = {
+    "reader": well_behaved,
+    "writer": functools.partial(well_behaved, writer=True),
+    "slowloris": slowloris,
+    "disconnect": disconnecter,
+    "garbage": garbage,
+}
+
+
+def client_worker(specs, port, deadline, ramp_s, open_now, out_queue):
+    """One client process: its share of the clients on its own event loop (one Python loop
+    cannot keep 1,000 connections busy and the churners connecting)."""
+
+    async def main():
+        stats = Stats()
+        start = time.monotonic()
+
+        async def publish():
+            while time.monotonic() < deadline + 5:
+                open_now.value = stats.open_now
+                await asyncio.sleep(0.2)
+
+        publisher = asyncio.create_task(publish())
+        tasks = []
+        for i, (kind, cid) in enumerate(specs):
+            # Ramp on the wall clock, however busy the loop is.
+            delay = start + ramp_s * i / len(specs) - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(CLIENT_KINDS[kind](cid, port, deadline, stats)))
+        await asyncio.sleep(max(0, deadline - time.monotonic()))
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+        open_now.value = stats.open_now
+        publisher.cancel()
+        return {"counts": stats.counts, "errors": stats.errors, "open_peak": stats.open_peak}
+
+    out_queue.put(asyncio.run(main()))
+
+
 async def storm(args, proc, port, round_no):
     """One round: every client kind at once for args.seconds, then RSS after a settle."""
-    stats = Stats()
     report = {"round": round_no, "rss_kib_before": rss_kib(proc.pid)[0]}
     probes = multiprocessing.Queue()
     prober = multiprocessing.Process(
@@ -603,39 +659,52 @@ async def storm(args, proc, port, round_no):
     prober.start()
 
     deadline = time.monotonic() + args.seconds
-    tasks = []
     ramp_s = min(10.0, args.seconds / 4)
-    kinds = ([well_behaved] * args.well_behaved + [slowloris] * args.slowloris
-             + [disconnecter] * args.disconnect + [garbage] * args.garbage)
-    random.Random(round_no).shuffle(kinds)
+    readers = args.well_behaved - min(args.writers, args.well_behaved)
+    specs = []
+    for kind, n in (("reader", readers), ("writer", args.well_behaved - readers),
+                    ("slowloris", args.slowloris), ("disconnect", args.disconnect),
+                    ("garbage", args.garbage)):
+        # Client ids are distinct across rounds: each writer owns a fresh table.
+        specs += [(kind, round_no * 10_000 + i + 1) for i in range(n)]
+    random.Random(round_no).shuffle(specs)
+    results = multiprocessing.Queue()
+    workers = []
+    for w in range(args.client_processes):
+        open_now = multiprocessing.Value("i", 0)
+        p = multiprocessing.Process(target=client_worker, args=(
+            specs[w :: args.client_processes], port, deadline, ramp_s, open_now, results))
+        p.start()
+        workers.append((p, open_now))
+
     rss_peak = report["rss_kib_before"]
-
-    async def sample_rss():
-        nonlocal rss_peak
-        while time.monotonic() < deadline + 2:
-            if proc.poll() is not None:
-                return
-            rss_peak = max(rss_peak, rss_kib(proc.pid)[0])
-            await asyncio.sleep(0.5)
-
-    sampler = asyncio.create_task(sample_rss())
-    counters = {}
-    for kind in kinds:
-        counters[kind] = counters.get(kind, 0) + 1
-        # Client ids are distinct across rounds: each well-behaved client owns a fresh row.
-        cid = round_no * 10_000 + counters[kind]
-        tasks.append(asyncio.create_task(kind(cid, port, deadline, stats)))
-        await asyncio.sleep(ramp_s / len(kinds))
-    open_at_full = stats.open_now
-    while time.monotonic() < deadline:
-        await asyncio.sleep(1)
-        if proc.poll() is not None:
-            break
-    await asyncio.wait(tasks, timeout=30)
-    await sampler
+    open_peak = 0
+    open_at_ramp = None
+    while time.monotonic() < deadline + 2 and proc.poll() is None:
+        rss_peak = max(rss_peak, rss_kib(proc.pid)[0])
+        open_total = sum(v.value for _, v in workers)
+        open_peak = max(open_peak, open_total)
+        if open_at_ramp is None and time.monotonic() > deadline - args.seconds + ramp_s + 2:
+            open_at_ramp = open_total
+        await asyncio.sleep(0.5)
+    merged = Stats()
+    for _ in workers:
+        try:
+            r = results.get(timeout=60)
+        except Exception:
+            merged.add("client_process_lost")
+            continue
+        for k, v in r["counts"].items():
+            merged.add(k, v)
+        merged.errors += r["errors"][: 50 - len(merged.errors)]
+    for p, _ in workers:
+        p.join(timeout=10)
+    stats = merged
+    stats.open_peak = open_peak
+    open_at_full = open_at_ramp
     alive = proc.poll() is None
     report["server_alive"] = alive
-    report["connections_open_peak"] = stats.open_peak
+    report["connections_open_peak"] = stats.open_peak  # sampled every 0.5 s
     report["connections_open_after_ramp"] = open_at_full
     report["counts"] = dict(sorted(stats.counts.items()))
     report["well_behaved_errors"] = stats.counts.get("well_behaved.errors", 0)
@@ -660,10 +729,14 @@ def main():
     default_bin = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "ringwire")
     parser.add_argument("--binary", default=default_bin, help=f"ringwire binary (default {default_bin})")
     parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--well-behaved", type=int, default=700)
+    parser.add_argument("--well-behaved", type=int, default=800)
+    parser.add_argument("--writers", type=int, default=50,
+                        help="how many of the well-behaved clients also write (each its own table)")
     parser.add_argument("--slowloris", type=int, default=150)
     parser.add_argument("--disconnect", type=int, default=100)
     parser.add_argument("--garbage", type=int, default=100)
+    parser.add_argument("--client-processes", type=int, default=2,
+                        help="processes the clients are spread over (each its own event loop)")
     parser.add_argument("--settle-seconds", type=float, default=10,
                         help="wait after the clients left before reading RSS again")
     parser.add_argument("--json", help="also write the report here")
