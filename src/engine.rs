@@ -1709,10 +1709,15 @@ impl Engine for Frontend {
         match msg {
             Message::StatsRequest { from, id } => {
                 let stats = self.local_stats();
-                self.dispatcher
-                    .send(from, Message::StatsReply { id, stats });
+                self.dispatcher.send(
+                    from,
+                    Message::StatsReply {
+                        id,
+                        stats: Box::new(stats),
+                    },
+                );
             }
-            Message::StatsReply { id, stats } => self.dispatcher.stats_arrived(id, stats),
+            Message::StatsReply { id, stats } => self.dispatcher.stats_arrived(id, *stats),
             msg => self.dispatcher.on_message(msg),
         }
     }
