@@ -14,6 +14,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::io;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bumpalo::Bump;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -27,7 +28,6 @@ use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, 
 use crate::metrics::{kind_of_reply, Protocol};
 use crate::shard::Shard;
 use crate::uring::Peer;
-use std::time::Instant;
 
 /// COPY FROM STDIN data is collected before it is parsed and applied; this bounds what one
 /// client can make a shard hold (scale 10 of pgbench_accounts is ~70 MB of COPY text).
