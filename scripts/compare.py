@@ -50,6 +50,8 @@ RINGWIRE_VARIANTS = (
     ("ringwire", ["--io", "uring"]),
     ("floor-glommio", ["--wire-floor", "--io", "glommio"]),
     ("ringwire-glommio", ["--io", "glommio"]),
+    # Per-statement metrics recording off, to measure what it costs (docs/PERF.md).
+    ("ringwire-metrics-off", ["--io", "uring", "--metrics", "off"]),
 )
 
 

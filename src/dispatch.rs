@@ -269,12 +269,11 @@ pub enum Message {
         spare: RequestBatch,
     },
     /// Send this shard's counters to shard `from` (for `ringwire.shard_stats`).
-    StatsRequest {
-        from: usize,
-        id: u64,
-    },
+    StatsRequest { from: usize, id: u64 },
     StatsReply {
         id: u64,
+        /// Boxed: it carries histograms, and every mesh message is as large as the largest
+        /// variant.
         stats: Box<ShardStats>,
     },
 }

@@ -117,6 +117,7 @@ async fn serve(mut stream: SideStream, dispatcher: &Dispatcher) -> std::io::Resu
         }
         len += n;
     };
+    let route_too_large = route == Route::TooLarge;
     let (status, extra, body, head) = match route {
         Route::Metrics { head } => {
             let gathered = dispatcher.gather_stats(None, STATS_TIMEOUT).await;
@@ -155,8 +156,28 @@ async fn serve(mut stream: SideStream, dispatcher: &Dispatcher) -> std::io::Resu
         reply.push_str(&body);
     }
     stream.write_all(reply.as_bytes()).await?;
-    stream.flush().await
+    stream.flush().await?;
+    if route_too_large {
+        // Closing with the rest of an oversized request unread would make the kernel send a
+        // reset, which can destroy the 431 before the client reads it: read and drop a bounded
+        // amount first (the client normally stops sending once it sees the reply).
+        let drain = async {
+            let mut total = 0;
+            while total < DRAIN_BYTES_MAX {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => total += n,
+                }
+            }
+        };
+        futures_lite::future::or(drain, shards::time::sleep(DRAIN_TIMEOUT)).await;
+    }
+    Ok(())
 }
+
+/// What is read and dropped after a 431, at most, and for how long.
+const DRAIN_BYTES_MAX: usize = 1 << 20;
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The Prometheus text exposition of a gather: merged over the shards that answered.
 pub fn render(gathered: &Gathered) -> String {

@@ -15,6 +15,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::io;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bumpalo::Bump;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -406,9 +407,13 @@ impl<E: Engine> Conn<E> {
         mut out: Vec<u8>,
     ) -> End {
         let max = self.shard.config.max_message_bytes;
-        // When the bytes being handled arrived (with metrics on): the first flush after it
-        // records receive → first byte sent.
-        let mut received: Option<std::time::Instant> = None;
+        // With metrics on: when the bytes being handled arrived (the first flush after it
+        // records receive → first byte), and when the last statement since then ended (or
+        // the receive). A statement's latency runs from that mark to its own end, so one
+        // clock read per statement and one per receive time everything (STYLE.md:
+        // observability without cost).
+        let mut received: Option<Instant> = None;
+        let mut mark: Option<Instant> = None;
         loop {
             // Handle every complete message already received, then flush once.
             loop {
@@ -428,8 +433,26 @@ impl<E: Engine> Conn<E> {
                     Ok(None) => break,
                     Err(e) => return self.fatal(stream, &mut out, e).await,
                 };
+                let statement = match frame.tag {
+                    _ if self.skip_until_sync || self.copy_in.is_some() => None,
+                    b'Q' => Some(Protocol::Simple),
+                    b'E' => Some(Protocol::Extended),
+                    _ => None,
+                };
+                let reply_from = out.len();
                 let flow = match FrontendMessage::parse(frame) {
-                    Ok(msg) => self.handle(msg, &mut out).await,
+                    Ok(msg) => {
+                        let flow = self.handle(msg, &mut out).await;
+                        if let (Some(protocol), Some(since)) = (statement, mark) {
+                            let now = Instant::now();
+                            let kind = kind_of_reply(&out, reply_from);
+                            self.shard
+                                .metrics
+                                .record_statement_between(since, now, protocol, kind);
+                            mark = Some(now);
+                        }
+                        flow
+                    }
                     Err(e) if e.severity == Severity::Fatal => {
                         return self.fatal(stream, &mut out, e).await
                     }
@@ -456,13 +479,13 @@ impl<E: Engine> Conn<E> {
                     Err(e) => return self.fatal(stream, &mut out, e).await,
                 }
                 if out.len() >= FLUSH_BYTES || self.flush_requested.replace(false) {
-                    self.note_flush(&mut received, &out);
+                    self.note_flush(&mut received, mark, &out);
                     if let Err(e) = flush(stream, &mut out).await {
                         return End::Io(e);
                     }
                 }
             }
-            self.note_flush(&mut received, &out);
+            self.note_flush(&mut received, mark, &out);
             if let Err(e) = flush(stream, &mut out).await {
                 return End::Io(e);
             }
@@ -485,7 +508,10 @@ impl<E: Engine> Conn<E> {
                 Some(Ok(true)) => {
                     let metrics = &self.shard.metrics;
                     metrics.record_bytes_in(rbuf.data().len() - buffered);
-                    received = received.or_else(|| metrics.start());
+                    if received.is_none() {
+                        received = metrics.start();
+                        mark = received;
+                    }
                 }
                 Some(Ok(false)) => return End::ClientClosed,
                 Some(Err(e)) => return End::Io(e),
@@ -497,16 +523,22 @@ impl<E: Engine> Conn<E> {
         }
     }
 
-    /// Reply bytes are about to be handed to the socket: count them, and the time since the
-    /// request bytes arrived if this is the first flush since.
-    fn note_flush(&self, received: &mut Option<std::time::Instant>, out: &[u8]) {
+    /// Reply bytes are about to be handed to the socket: count them, and, if this is the
+    /// first flush since the request bytes arrived, the time since then. `last` is the end of
+    /// the last statement (or the receive itself); a flush right after a statement uses it
+    /// instead of reading the clock again.
+    fn note_flush(&self, received: &mut Option<Instant>, last: Option<Instant>, out: &[u8]) {
         if out.is_empty() {
             return;
         }
         let metrics = &self.shard.metrics;
         metrics.record_bytes_out(out.len());
         if let Some(at) = received.take() {
-            metrics.record_first_byte(at);
+            let now = match last {
+                Some(end) if end > at => end,
+                _ => Instant::now(),
+            };
+            metrics.record_first_byte(at, now);
         }
     }
 
@@ -669,19 +701,10 @@ impl<E: Engine> Conn<E> {
                 self.portals.remove("");
                 self.cancel.reset();
                 let timeout_ms = engine.timeouts(&self.session).statement_ms;
-                let started = self.shard.metrics.start();
-                let mark = out.len();
                 let cancel = &self.cancel;
                 let mut cx = cx!(self, out);
                 let query = engine.simple_query(&mut cx, sql);
-                let result = limits::with_statement_timeout(query, timeout_ms, cancel).await;
-                if started.is_some() {
-                    let kind = kind_of_reply(out, mark);
-                    self.shard
-                        .metrics
-                        .record_statement(started, Protocol::Simple, kind);
-                }
-                match result {
+                match limits::with_statement_timeout(query, timeout_ms, cancel).await {
                     // COPY FROM STDIN: ReadyForQuery waits until the data is in.
                     Ok(()) if self.copy_in_started => {
                         self.copy_in_started = false;
@@ -756,9 +779,6 @@ impl<E: Engine> Conn<E> {
                 self.cancel.reset();
                 let timeout_ms = engine.timeouts(&self.session).statement_ms;
                 let max_rows = if max_rows <= 0 { 0 } else { max_rows as u32 };
-                let metrics = &self.shard.metrics;
-                let started = metrics.start();
-                let mark = out.len();
                 let mut cx = Cx {
                     session: &mut self.session,
                     out,
@@ -771,12 +791,7 @@ impl<E: Engine> Conn<E> {
                     copy_in: &mut self.copy_in_started,
                 };
                 let execution = engine.execute(&mut cx, p, max_rows);
-                let result =
-                    limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await;
-                if started.is_some() {
-                    metrics.record_statement(started, Protocol::Extended, kind_of_reply(out, mark));
-                }
-                match result {
+                match limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await {
                     Ok(Execution::Complete) => {}
                     Ok(Execution::Suspended) => backend::write_portal_suspended(out),
                     Err(e) if e.severity == Severity::Fatal => return Err(e),

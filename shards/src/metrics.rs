@@ -77,7 +77,11 @@ pub fn series(protocol: Protocol, kind: Kind) -> usize {
 /// one-row and a million-row result; anything else (an error, PortalSuspended, an empty query,
 /// COPY) is [`Kind::Other`].
 pub fn kind_of_reply(out: &[u8], since: usize) -> Kind {
-    let out = &out[since.min(out.len())..];
+    let mut out = &out[since.min(out.len())..];
+    // A simple Query's reply ends with ReadyForQuery ('Z', length 5, status): look before it.
+    if out.len() >= 6 && out[out.len() - 6..out.len() - 1] == [b'Z', 0, 0, 0, 5] {
+        out = &out[..out.len() - 6];
+    }
     if out.last() != Some(&0) {
         return Kind::Other;
     }
@@ -170,18 +174,32 @@ impl ShardMetrics {
     /// A statement that started at `started` (from [`ShardMetrics::start`]) finished.
     #[inline]
     pub fn record_statement(&self, started: Option<Instant>, protocol: Protocol, kind: Kind) {
-        let Some(started) = started else { return };
-        let us = started.elapsed().as_micros() as u64;
+        if let Some(started) = started {
+            self.record_statement_between(started, Instant::now(), protocol, kind);
+        }
+    }
+
+    /// A statement ran from `started` to `ended` (the caller reads the clock, so one read can
+    /// end one statement and start the next).
+    #[inline]
+    pub fn record_statement_between(
+        &self,
+        started: Instant,
+        ended: Instant,
+        protocol: Protocol,
+        kind: Kind,
+    ) {
+        let us = ended.saturating_duration_since(started).as_micros() as u64;
         let i = series(protocol, kind);
         self.latency_us[i].borrow_mut().saturating_record(us.max(1));
         bump_by(&self.latency_sum_us[i], us);
         bump_by(&self.statements[i], 1);
     }
 
-    /// The first reply bytes after a receive at `received` are being handed to the socket.
+    /// The first reply bytes after a receive at `received` are handed to the socket at `now`.
     #[inline]
-    pub fn record_first_byte(&self, received: Instant) {
-        let us = received.elapsed().as_micros() as u64;
+    pub fn record_first_byte(&self, received: Instant, now: Instant) {
+        let us = now.saturating_duration_since(received).as_micros() as u64;
         self.first_byte_us.borrow_mut().saturating_record(us.max(1));
         bump_by(&self.first_byte_sum_us, us);
     }
@@ -358,6 +376,64 @@ mod tests {
         assert_eq!(kind_of_reply(b"E\0\0\0\x08SELECT\0", 0), Kind::Other);
         let out = complete("SELECT 1");
         assert_eq!(kind_of_reply(&out, out.len()), Kind::Other);
+        let mut with_rfq = complete("UPDATE 1");
+        with_rfq.extend_from_slice(&[b'Z', 0, 0, 0, 5, b'I']);
+        assert_eq!(kind_of_reply(&with_rfq, 0), Kind::Update);
+    }
+
+    /// This thread's CPU time: the machine is shared, so wall time would count other
+    /// processes' turns on the core.
+    fn thread_cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// What recording one simple-protocol statement costs on this machine, without the noise
+    /// of a whole server, in thread CPU time: `cargo test --release -p ringwire-shards
+    /// recording_cost -- --ignored --nocapture` (docs/PERF.md, "Metrics cost").
+    #[test]
+    #[ignore]
+    fn recording_cost() {
+        let reply = complete("SELECT 1");
+        let n = 5_000_000u32;
+        let per = |t: Duration| t.as_nanos() as f64 / n as f64;
+        let t = thread_cpu();
+        for _ in 0..n {
+            std::hint::black_box(Instant::now());
+        }
+        println!("one clock read: {:.1} ns", per(thread_cpu() - t));
+        let mut h = latency_histogram();
+        let t = thread_cpu();
+        for i in 0..n {
+            h.saturating_record(std::hint::black_box(20 + (i as u64 & 1023)));
+        }
+        println!("one histogram record: {:.1} ns", per(thread_cpu() - t));
+        for enabled in [true, false] {
+            let m = ShardMetrics::new(0, enabled);
+            let t = thread_cpu();
+            for _ in 0..n {
+                // What conn.rs does per statement read, run and flushed.
+                m.record_bytes_in(std::hint::black_box(60));
+                let received = m.start();
+                if let Some(since) = received {
+                    let now = Instant::now();
+                    let kind = kind_of_reply(std::hint::black_box(&reply), 0);
+                    m.record_statement_between(since, now, Protocol::Simple, kind);
+                    m.record_bytes_out(std::hint::black_box(80));
+                    m.record_first_byte(since, now);
+                }
+            }
+            let on = if enabled { "on" } else { "off" };
+            println!(
+                "metrics {on}: {:.1} ns per statement",
+                per(thread_cpu() - t)
+            );
+        }
     }
 
     #[test]
