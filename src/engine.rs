@@ -1711,6 +1711,10 @@ impl Engine for Frontend {
         session.settings.timeouts()
     }
 
+    fn awaiting_remote(&self) -> bool {
+        self.dispatcher.awaiting_replies()
+    }
+
     fn on_message(&self, msg: Message) {
         match msg {
             Message::StatsRequest { from, id } => {

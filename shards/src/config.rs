@@ -44,6 +44,9 @@ pub struct ServerConfig {
     pub startup_timeout: Duration,
     /// Hidden benchmark mode: answer every Query with prebuilt reply bytes, bypassing SQL.
     pub wire_floor: bool,
+    /// io_uring path: how long an idle shard polls before sleeping while it waits for a reply
+    /// from another shard (zero: sleep at once).
+    pub remote_spin: Duration,
     /// Which socket path the shards use.
     pub io: IoMode,
     /// Also listen on the Unix-domain socket `DIR/.s.PGSQL.<port>`, as PostgreSQL does.
@@ -77,6 +80,7 @@ impl Default for ServerConfig {
             io_memory_bytes: DEFAULT_IO_MEMORY_BYTES,
             startup_timeout: Duration::from_secs(60),
             wire_floor: false,
+            remote_spin: DEFAULT_REMOTE_SPIN,
             io: IoMode::Uring,
             unix_socket_dir: None,
             tls: crate::tls::Tls::default(),
@@ -86,6 +90,11 @@ impl Default for ServerConfig {
     }
 }
 
+/// Off by default: on the 2-core machine, where clients share the server's cores, 50 µs of
+/// polling bought +16% QPS for a lone connection whose data is on another shard and cost -5% at
+/// 16 connections (docs/PERF.md, "Polling for cross-shard replies"). Hosts with cores to spare
+/// can turn it on with `--remote-spin-us`.
+pub const DEFAULT_REMOTE_SPIN: Duration = Duration::ZERO;
 /// 64 MiB: far above any statement a driver sends, far below PostgreSQL's 1 GiB, so one client
 /// cannot make a shard buffer gigabytes.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;

@@ -366,6 +366,11 @@ async fn uring_main<E: Engine>(
         !inputs.mesh.is_empty() || !inputs.cancels.is_empty() || !inputs.unix_dealt.is_empty()
     });
     driver.set_handlers(on_accept, drain, pending);
+    let awaiting = {
+        let shard = shard.clone();
+        Box::new(move || shard.engine.awaiting_remote())
+    };
+    driver.set_remote_spin(shard.config.remote_spin, awaiting);
     log::debug!("shard {} serving on its io_uring", shard.id);
     driver.run().await
 }

@@ -383,6 +383,10 @@ pub struct Driver {
     min_timeout: bool,
     /// Outbound connections in progress (upstream mode), by socket index.
     connecting: RefCell<std::collections::HashMap<usize, Rc<Connecting>>>,
+    /// True while this shard's tasks wait for replies from another shard (see `run`).
+    awaiting_remote: RefCell<Option<Box<dyn Fn() -> bool>>>,
+    /// How long a quiet driver polls instead of sleeping while `awaiting_remote` holds.
+    remote_spin: Cell<Duration>,
 }
 
 thread_local! {
@@ -433,6 +437,8 @@ impl Driver {
             sends_queued: Cell::new(0),
             min_timeout,
             connecting: RefCell::new(std::collections::HashMap::new()),
+            awaiting_remote: RefCell::new(None),
+            remote_spin: Cell::new(Duration::ZERO),
         });
         for i in 0..driver.listeners.borrow().len() {
             driver.arm_accept(i);
@@ -474,6 +480,32 @@ impl Driver {
             listeners.len() - 1
         };
         self.arm_accept(i);
+    }
+
+    /// Poll for up to `spin` instead of sleeping while `awaiting` says a reply from another
+    /// shard is due (see `run`).
+    pub fn set_remote_spin(&self, spin: Duration, awaiting: Box<dyn Fn() -> bool>) {
+        self.remote_spin.set(spin);
+        *self.awaiting_remote.borrow_mut() = Some(awaiting);
+    }
+
+    /// Whether a quiet pass should poll again rather than sleep: a reply from another shard is
+    /// due and the spin that began at `since` has not run out.
+    fn keep_spinning(&self, since: &mut Option<Instant>) -> bool {
+        let spin = self.remote_spin.get();
+        if spin.is_zero() {
+            return false;
+        }
+        let awaiting = match &*self.awaiting_remote.borrow() {
+            Some(f) => f(),
+            None => false,
+        };
+        if !awaiting {
+            return false;
+        }
+        let now = Instant::now();
+        let started = *since.get_or_insert(now);
+        now.duration_since(started) < spin
     }
 
     fn push(&self, entry: squeue::Entry) {
@@ -974,6 +1006,7 @@ impl Driver {
         // is spent in other tasks; past `STALL_THRESHOLD` it is counted (docs/ARCHITECTURE.md).
         let metrics = crate::metrics::current().filter(|m| m.enabled);
         let mut yielded_at: Option<Instant> = None;
+        let mut spin_since = None;
         loop {
             if let (Some(m), Some(at)) = (&metrics, yielded_at) {
                 let gap = at.elapsed();
@@ -985,6 +1018,7 @@ impl Driver {
             let work = self.reap() + self.drain_inbox() + self.fire_timers(Instant::now());
             if work > 0 {
                 quiet = 0;
+                spin_since = None;
                 busy_turns += 1;
                 if busy_turns >= 8 {
                     // Busy for a while without parking: hand the sends over anyway.
@@ -1002,9 +1036,19 @@ impl Driver {
                 // The last pass of the task queue ran the driver alone: nothing else is
                 // runnable, so sleeping in the ring starves no one.
                 self.flush_dirty();
-                self.park();
-                quiet = 0;
-                busy_turns = 0;
+                if self.keep_spinning(&mut spin_since) {
+                    // A reply from another shard is due within microseconds: sleeping now
+                    // would make it pay a thread wake-up (an eventfd write there, a context
+                    // switch here). Hand over the sends already made, and poll again.
+                    if self.sends_queued.get() > 0 {
+                        self.submit();
+                    }
+                } else {
+                    self.park();
+                    quiet = 0;
+                    busy_turns = 0;
+                    spin_since = None;
+                }
             }
             yielded_at = metrics.as_ref().map(|_| Instant::now());
             glommio::executor().yield_task_queue_now().await;
