@@ -1002,20 +1002,22 @@ impl Driver {
         // 0: working. 1: quiet once, the task counter was reset. 2+: checking the counter.
         let mut quiet = 0u32;
         let mut busy_turns = 0u32;
-        // Executor stalls: the time between the driver yielding its queue and running again
-        // is spent in other tasks; past `STALL_THRESHOLD` it is counted (docs/ARCHITECTURE.md).
+        // Executor stalls: the time from one driver turn to the next is spent in other tasks
+        // (plus this turn's own short work); past `STALL_THRESHOLD` it is counted
+        // (docs/ARCHITECTURE.md). One clock read per turn serves this and the timers.
         let metrics = crate::metrics::current().filter(|m| m.enabled);
-        let mut yielded_at: Option<Instant> = None;
+        let mut last_turn: Option<Instant> = None;
         let mut spin_since = None;
         loop {
-            if let (Some(m), Some(at)) = (&metrics, yielded_at) {
-                let gap = at.elapsed();
+            let now = Instant::now();
+            if let (Some(m), Some(at)) = (&metrics, last_turn) {
+                let gap = now.saturating_duration_since(at);
                 if gap >= crate::metrics::STALL_THRESHOLD {
                     m.record_stall(gap);
                 }
             }
             self.flush_dirty();
-            let work = self.reap() + self.drain_inbox() + self.fire_timers(Instant::now());
+            let work = self.reap() + self.drain_inbox() + self.fire_timers(now);
             if work > 0 {
                 quiet = 0;
                 spin_since = None;
@@ -1026,7 +1028,7 @@ impl Driver {
                     self.submit();
                     busy_turns = 0;
                 }
-                yielded_at = metrics.as_ref().map(|_| Instant::now());
+                last_turn = Some(now);
                 glommio::executor().yield_task_queue_now().await;
                 continue;
             }
@@ -1048,9 +1050,14 @@ impl Driver {
                     quiet = 0;
                     busy_turns = 0;
                     spin_since = None;
+                    // The sleep is not a stall: count from its end (a clock read per sleep,
+                    // not per turn).
+                    last_turn = metrics.as_ref().map(|_| Instant::now());
+                    glommio::executor().yield_task_queue_now().await;
+                    continue;
                 }
             }
-            yielded_at = metrics.as_ref().map(|_| Instant::now());
+            last_turn = Some(now);
             glommio::executor().yield_task_queue_now().await;
         }
     }
