@@ -1,4 +1,4 @@
-//! Outbound connections from a shard (upstream mode): to a TCP address or a Unix-domain socket,
+//! ShardStream connections from a shard (upstream mode): to a TCP address or a Unix-domain socket,
 //! over the shard's own socket path — the shard's io_uring when it runs one, glommio's sockets
 //! otherwise — so an upstream connection is served by the same loop, on the same core, as the
 //! client connections it carries.
@@ -30,21 +30,22 @@ impl std::fmt::Display for Address {
     }
 }
 
-/// A connected outbound stream on whichever socket path this shard uses.
-pub enum Outbound {
+/// A connected stream on whichever socket path this shard uses: an outbound connection, or
+/// one accepted on a side listener (`crate::side`).
+pub enum ShardStream {
     Uring(UringStream),
     GlommioTcp(glommio::net::TcpStream),
     GlommioUnix(glommio::net::UnixStream),
 }
 
 /// Connect to `addr` from the current shard.
-pub async fn connect(addr: &Address) -> io::Result<Outbound> {
+pub async fn connect(addr: &Address) -> io::Result<ShardStream> {
     if let Some(driver) = uring::current() {
         let sockaddr = match addr {
             Address::Tcp(a) => socket2::SockAddr::from(*a),
             Address::Unix(p) => socket2::SockAddr::unix(p)?,
         };
-        return Ok(Outbound::Uring(driver.connect(sockaddr)?.await?));
+        return Ok(ShardStream::Uring(driver.connect(sockaddr)?.await?));
     }
     match addr {
         Address::Tcp(a) => {
@@ -52,9 +53,9 @@ pub async fn connect(addr: &Address) -> io::Result<Outbound> {
                 .await
                 .map_err(io::Error::from)?;
             s.set_nodelay(true).map_err(io::Error::from)?;
-            Ok(Outbound::GlommioTcp(s))
+            Ok(ShardStream::GlommioTcp(s))
         }
-        Address::Unix(p) => Ok(Outbound::GlommioUnix(
+        Address::Unix(p) => Ok(ShardStream::GlommioUnix(
             glommio::net::UnixStream::connect(p)
                 .await
                 .map_err(io::Error::from)?,
@@ -62,46 +63,46 @@ pub async fn connect(addr: &Address) -> io::Result<Outbound> {
     }
 }
 
-impl AsyncRead for Outbound {
+impl AsyncRead for ShardStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Outbound::Uring(s) => Pin::new(s).poll_read(cx, buf),
-            Outbound::GlommioTcp(s) => Pin::new(s).poll_read(cx, buf),
-            Outbound::GlommioUnix(s) => Pin::new(s).poll_read(cx, buf),
+            ShardStream::Uring(s) => Pin::new(s).poll_read(cx, buf),
+            ShardStream::GlommioTcp(s) => Pin::new(s).poll_read(cx, buf),
+            ShardStream::GlommioUnix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
 
-impl AsyncWrite for Outbound {
+impl AsyncWrite for ShardStream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Outbound::Uring(s) => Pin::new(s).poll_write(cx, buf),
-            Outbound::GlommioTcp(s) => Pin::new(s).poll_write(cx, buf),
-            Outbound::GlommioUnix(s) => Pin::new(s).poll_write(cx, buf),
+            ShardStream::Uring(s) => Pin::new(s).poll_write(cx, buf),
+            ShardStream::GlommioTcp(s) => Pin::new(s).poll_write(cx, buf),
+            ShardStream::GlommioUnix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Outbound::Uring(s) => Pin::new(s).poll_flush(cx),
-            Outbound::GlommioTcp(s) => Pin::new(s).poll_flush(cx),
-            Outbound::GlommioUnix(s) => Pin::new(s).poll_flush(cx),
+            ShardStream::Uring(s) => Pin::new(s).poll_flush(cx),
+            ShardStream::GlommioTcp(s) => Pin::new(s).poll_flush(cx),
+            ShardStream::GlommioUnix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Outbound::Uring(s) => Pin::new(s).poll_close(cx),
-            Outbound::GlommioTcp(s) => Pin::new(s).poll_close(cx),
-            Outbound::GlommioUnix(s) => Pin::new(s).poll_close(cx),
+            ShardStream::Uring(s) => Pin::new(s).poll_close(cx),
+            ShardStream::GlommioTcp(s) => Pin::new(s).poll_close(cx),
+            ShardStream::GlommioUnix(s) => Pin::new(s).poll_close(cx),
         }
     }
 }

@@ -7,22 +7,16 @@
 //! own handler). On the glommio path it is a glommio listener in a task. Either way the
 //! handler gets a [`SideStream`] and runs on the shard that serves the listener.
 
-use std::io;
 use std::net::TcpListener as StdListener;
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 
-use futures_lite::{AsyncRead, AsyncWrite};
+use crate::connect::ShardStream;
+use crate::uring;
 
-use crate::uring::{self, UringStream};
-
-/// A connection accepted on a side listener, whichever socket path the shard uses.
-pub enum SideStream {
-    Uring(UringStream),
-    Glommio(glommio::net::TcpStream),
-}
+/// A connection accepted on a side listener, whichever socket path the shard uses (the same
+/// stream type outbound connections use).
+pub type SideStream = ShardStream;
 
 /// Serve `listener` on the current shard: every accepted connection goes to `handler`, which
 /// is expected to spawn a task for it. Must be called on a shard's thread, inside its
@@ -31,7 +25,7 @@ pub fn serve(listener: StdListener, handler: Rc<dyn Fn(SideStream)>) {
     match uring::current() {
         Some(driver) => {
             let fd: OwnedFd = listener.into();
-            driver.add_listener(fd, Rc::new(move |s, _| handler(SideStream::Uring(s))));
+            driver.add_listener(fd, Rc::new(move |s, _| handler(ShardStream::Uring(s))));
         }
         None => {
             // SAFETY: `listener` is a listening socket we own; ownership moves into glommio's.
@@ -40,7 +34,7 @@ pub fn serve(listener: StdListener, handler: Rc<dyn Fn(SideStream)>) {
             glommio::spawn_local(async move {
                 loop {
                     match listener.accept().await {
-                        Ok(s) => handler(SideStream::Glommio(s)),
+                        Ok(s) => handler(ShardStream::GlommioTcp(s)),
                         Err(e) => {
                             log::warn!("side listener: accept failed: {e}");
                             crate::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -49,46 +43,6 @@ pub fn serve(listener: StdListener, handler: Rc<dyn Fn(SideStream)>) {
                 }
             })
             .detach();
-        }
-    }
-}
-
-impl AsyncRead for SideStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            SideStream::Uring(s) => Pin::new(s).poll_read(cx, buf),
-            SideStream::Glommio(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for SideStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            SideStream::Uring(s) => Pin::new(s).poll_write(cx, buf),
-            SideStream::Glommio(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            SideStream::Uring(s) => Pin::new(s).poll_flush(cx),
-            SideStream::Glommio(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            SideStream::Uring(s) => Pin::new(s).poll_close(cx),
-            SideStream::Glommio(s) => Pin::new(s).poll_close(cx),
         }
     }
 }

@@ -381,7 +381,7 @@ pub struct Driver {
     sends_queued: Cell<u32>,
     /// The kernel can bound the wait for more than one completion (Linux 6.12).
     min_timeout: bool,
-    /// Outbound connections in progress (upstream mode), by socket index.
+    /// ShardStream connections in progress (upstream mode), by socket index.
     connecting: RefCell<std::collections::HashMap<usize, Rc<Connecting>>>,
     /// True while this shard's tasks wait for replies from another shard (see `run`).
     awaiting_remote: RefCell<Option<Box<dyn Fn() -> bool>>>,

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use shards::connect::{connect, Outbound};
+use shards::connect::{connect, ShardStream};
 
 use super::client::{startup, ReplyBuf};
 use super::session::ClientStatement;
@@ -82,7 +82,7 @@ impl Drop for Slot {
 
 /// One connection to the upstream server.
 pub struct ServerConn {
-    pub stream: Outbound,
+    pub stream: ShardStream,
     pub buf: ReplyBuf,
     pub process_id: i32,
     pub secret_key: i32,
