@@ -13,6 +13,7 @@ JSON (--out). Run through scripts/compare.sh, which builds the binaries first.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -190,6 +191,54 @@ def count_syscalls(pid, seconds):
         if len(parts) > 2 and "raw_syscalls" in parts[2] and parts[0].strip().isdigit():
             return int(parts[0])
     return None
+
+
+def pgbench_qps(host, port, conc, duration, script_text="select * from t;\n", extra=(), env=None):
+    """Stock pgbench running `script_text` (simple protocol) against HOST:PORT (HOST may be a
+    socket directory); its tps. RuntimeError if it fails or reports a failed transaction."""
+    script = tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False)
+    script.write(script_text)
+    script.close()
+    try:
+        r = subprocess.run(["pgbench", "-n", "-h", host, "-p", str(port), "-U", "postgres",
+                            "-c", str(conc), "-j", str(min(conc, 2)), "-T", str(duration), "-f", script.name,
+                            *extra, "postgres"],
+                           capture_output=True, text=True, timeout=duration + 60, env=env)
+    finally:
+        os.unlink(script.name)
+    # With -C pgbench reports tps "including reconnection times" only.
+    m = re.search(r"tps = ([0-9.]+) \((?:without|including reconnection)", r.stdout)
+    failed = re.search(r"number of failed transactions: (\d+)", r.stdout)
+    if r.returncode != 0 or not m or (failed and int(failed.group(1)) != 0):
+        raise RuntimeError(f"pgbench -h {host} {' '.join(extra)} failed: {r.stdout[-300:]} {r.stderr[-300:]}")
+    return float(m.group(1))
+
+
+def sample_server(server, duration, run, syscalls=False):
+    """Call `run()` (a load of `duration` seconds returning its QPS) while measuring the server's
+    CPU time, and with `syscalls` its syscalls, over the steady part of the load (from 1 s in to
+    0.5 s before its end). Returns qps, cpu_us per query and, if asked, syscalls per query."""
+    sample = {}
+
+    def sampler():
+        time.sleep(1.0)  # connections open, warmed up
+        t0, c0 = time.time(), server.cpu_seconds()
+        if syscalls:
+            sample["syscalls"] = count_syscalls(server.pid, duration - 1.5)
+        else:
+            time.sleep(duration - 1.5)
+        sample["cpu"], sample["window"] = server.cpu_seconds() - c0, time.time() - t0
+
+    t = threading.Thread(target=sampler)
+    t.start()
+    qps = run()
+    t.join()
+    queries = qps * sample["window"]
+    result = {"qps": qps, "cpu_us": sample["cpu"] * 1e6 / queries}
+    if syscalls:
+        n = sample.get("syscalls")
+        result["syscalls"] = n / queries if n is not None else float("nan")
+    return result
 
 
 def measured_run(server, workload, mode, conc, args, cost):

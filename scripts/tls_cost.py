@@ -14,7 +14,6 @@ The certificate is a throwaway self-signed P-256 one made with the openssl CLI.
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -24,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import RELEASE, free_port, load, start_binary  # noqa: E402
+from compare import RELEASE, free_port, load, pgbench_qps, sample_server, start_binary  # noqa: E402
 
 
 def make_cert(directory):
@@ -36,39 +35,13 @@ def make_cert(directory):
 
 
 def pgbench(port, sslmode, conc, duration, script_text, extra=()):
-    script = tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False)
-    script.write(script_text)
-    script.close()
-    env = dict(os.environ, PGSSLMODE=sslmode)
-    try:
-        r = subprocess.run(["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                            "-c", str(conc), "-j", str(min(conc, 2)), "-T", str(duration), "-f", script.name,
-                            *extra, "postgres"],
-                           capture_output=True, text=True, timeout=duration + 60, env=env)
-    finally:
-        os.unlink(script.name)
-    # With -C pgbench reports tps "including reconnection times" only.
-    m = re.search(r"tps = ([0-9.]+) \((?:without|including reconnection)", r.stdout)
-    failed = re.search(r"number of failed transactions: (\d+)", r.stdout)
-    if r.returncode != 0 or not m or (failed and int(failed.group(1)) != 0):
-        raise RuntimeError(f"pgbench sslmode={sslmode} failed: {r.stdout[-300:]} {r.stderr[-300:]}")
-    return float(m.group(1))
+    return pgbench_qps("127.0.0.1", port, conc, duration, script_text, extra, env=dict(os.environ, PGSSLMODE=sslmode))
 
 
 def measured(server, sslmode, conc, duration, extra=()):
-    sample = {}
-
-    def sampler():
-        time.sleep(1.0)  # connections open (handshakes done), warmed up
-        t0, c0 = time.time(), server.cpu_seconds()
-        time.sleep(duration - 1.5)
-        sample["cpu"], sample["window"] = server.cpu_seconds() - c0, time.time() - t0
-
-    t = threading.Thread(target=sampler)
-    t.start()
-    qps = pgbench(server.port, sslmode, conc, duration, "select * from t;\n", extra)
-    t.join()
-    return {"qps": qps, "cpu_us": sample["cpu"] * 1e6 / (qps * sample["window"])}
+    # The steady window starts 1 s in: connections open, handshakes done.
+    return sample_server(server, duration,
+                         lambda: pgbench(server.port, sslmode, conc, duration, "select * from t;\n", extra))
 
 
 def rss_kib(pid):

@@ -9,54 +9,17 @@ QPS ratio. pgbench is the client for both, so its own cost cancels out of the co
 
 import argparse
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import RELEASE, count_syscalls, free_port, start_binary, load  # noqa: E402
-
-
-def pgbench(host, port, conc, duration):
-    script = tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False)
-    script.write("select * from t;\n")
-    script.close()
-    try:
-        r = subprocess.run(["pgbench", "-n", "-h", host, "-p", str(port), "-U", "postgres", "-c", str(conc),
-                            "-j", str(min(conc, 2)), "-T", str(duration), "-f", script.name, "postgres"],
-                           capture_output=True, text=True, timeout=duration + 60)
-    finally:
-        os.unlink(script.name)
-    m = re.search(r"tps = ([0-9.]+) \(without", r.stdout)
-    failed = re.search(r"number of failed transactions: (\d+)", r.stdout)
-    if r.returncode != 0 or not m or (failed and int(failed.group(1)) != 0):
-        raise RuntimeError(f"pgbench -h {host} failed: {r.stdout[-300:]} {r.stderr[-300:]}")
-    return float(m.group(1))
+from compare import RELEASE, free_port, load, pgbench_qps, sample_server, start_binary  # noqa: E402
 
 
 def measured(server, host, conc, duration):
-    sample = {}
-
-    def sampler():
-        time.sleep(1.0)  # connections open, warmed up
-        t0, c0 = time.time(), server.cpu_seconds()
-        syscalls = count_syscalls(server.pid, duration - 1.5)
-        sample["cpu"], sample["window"] = server.cpu_seconds() - c0, time.time() - t0
-        if syscalls is not None:
-            sample["syscalls"] = syscalls
-
-    t = threading.Thread(target=sampler)
-    t.start()
-    qps = pgbench(host, server.port, conc, duration)
-    t.join()
-    queries = qps * sample["window"]
-    return {"qps": qps, "cpu_us": sample["cpu"] * 1e6 / queries,
-            "syscalls": sample.get("syscalls", float("nan")) / queries}
+    return sample_server(server, duration, lambda: pgbench_qps(host, server.port, conc, duration), syscalls=True)
 
 
 def main():
