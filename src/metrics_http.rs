@@ -261,38 +261,18 @@ pub fn render(gathered: &Gathered) -> String {
     );
     single_quantiles(&mut out, name, &sv.first_byte_us, 1e-6);
 
-    let name = "ringwire_dispatch_round_trip_seconds";
-    family(&mut out, name, "histogram", "Time from queuing a request for the compute on another shard to its reply (sum estimated from the histogram).");
-    let h = &m.engine.round_trip_us;
-    histogram(
+    estimated_seconds(
         &mut out,
-        name,
-        "",
-        h,
-        estimated_sum(h) / 1e6,
-        1e-6,
-        &SECONDS_BUCKETS,
+        "ringwire_dispatch_round_trip_seconds",
+        "Time from queuing a request for the compute on another shard to its reply (sum estimated from the histogram).",
+        &m.engine.round_trip_us,
     );
-    single_quantiles(&mut out, name, h, 1e-6);
-
-    let name = "ringwire_compute_peek_seconds";
-    family(
+    estimated_seconds(
         &mut out,
-        name,
-        "histogram",
+        "ringwire_compute_peek_seconds",
         "Time the compute spends running one read (sum estimated from the histogram).",
+        &m.engine.peek_us,
     );
-    let h = &m.engine.peek_us;
-    histogram(
-        &mut out,
-        name,
-        "",
-        h,
-        estimated_sum(h) / 1e6,
-        1e-6,
-        &SECONDS_BUCKETS,
-    );
-    single_quantiles(&mut out, name, h, 1e-6);
 
     let name = "ringwire_dispatch_batch_size";
     family(
@@ -451,6 +431,22 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// hdrhistogram keeps no exact sum; its mean is within its 1% resolution.
+/// A histogram family of microsecond samples exported in seconds, whose `_sum` is estimated
+/// from the histogram (nothing records the exact sum), with its quantile gauges.
+fn estimated_seconds(out: &mut String, name: &str, help: &str, h: &Histogram<u64>) {
+    family(out, name, "histogram", help);
+    histogram(
+        out,
+        name,
+        "",
+        h,
+        estimated_sum(h) / 1e6,
+        1e-6,
+        &SECONDS_BUCKETS,
+    );
+    single_quantiles(out, name, h, 1e-6);
+}
+
 fn estimated_sum(h: &Histogram<u64>) -> f64 {
     if h.is_empty() {
         0.0
