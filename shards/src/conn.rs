@@ -25,7 +25,9 @@ use protocol::wire::{frame_bytes_needed, split_frame};
 use protocol::{PgError, Severity, SqlState};
 
 use crate::auth::{authenticate, ChannelBinding, Client};
-use crate::engine::{CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements};
+use crate::engine::{
+    no_statement, CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements,
+};
 use crate::limits;
 use crate::metrics::{kind_of_reply, Protocol};
 use crate::shard::Shard;
@@ -836,20 +838,6 @@ impl<E: Engine> Conn<E> {
             }
         }
         Ok(Flow::Continue)
-    }
-}
-
-fn no_statement(name: &str) -> PgError {
-    if name.is_empty() {
-        PgError::new(
-            SqlState::INVALID_SQL_STATEMENT_NAME,
-            "unnamed prepared statement does not exist",
-        )
-    } else {
-        PgError::new(
-            SqlState::INVALID_SQL_STATEMENT_NAME,
-            format!("prepared statement \"{name}\" does not exist"),
-        )
     }
 }
 

@@ -303,6 +303,22 @@ impl CancelToken {
     }
 }
 
+/// 26000 for a Bind or Describe that names a statement the session does not have, worded as
+/// PostgreSQL words it (the state machine and upstream mode both answer it themselves).
+pub fn no_statement(name: &str) -> PgError {
+    if name.is_empty() {
+        PgError::new(
+            SqlState::INVALID_SQL_STATEMENT_NAME,
+            "unnamed prepared statement does not exist",
+        )
+    } else {
+        PgError::new(
+            SqlState::INVALID_SQL_STATEMENT_NAME,
+            format!("prepared statement \"{name}\" does not exist"),
+        )
+    }
+}
+
 pub fn query_canceled() -> PgError {
     PgError::new(
         SqlState::QUERY_CANCELED,

@@ -27,7 +27,7 @@ use protocol::backend;
 use protocol::frontend::{self, FrontendMessage, Target};
 use protocol::wire::{put_cstr, split_frame};
 use protocol::{PgError, Severity, SqlState};
-use shards::engine::{CancelToken, SessionStart};
+use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{classify, SetChange};
 use super::pool::{ServerConn, ShardUpstream, StatementKey};
@@ -972,18 +972,4 @@ fn error_field(body: &[u8], code: u8) -> Option<String> {
         i = end + 1;
     }
     None
-}
-
-fn no_statement(name: &str) -> PgError {
-    if name.is_empty() {
-        PgError::new(
-            SqlState::INVALID_SQL_STATEMENT_NAME,
-            "unnamed prepared statement does not exist",
-        )
-    } else {
-        PgError::new(
-            SqlState::INVALID_SQL_STATEMENT_NAME,
-            format!("prepared statement \"{name}\" does not exist"),
-        )
-    }
 }
