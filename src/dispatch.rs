@@ -48,6 +48,7 @@ use oracle::{Frontiers, Holds};
 use protocol::backend::DataRowWriter;
 use protocol::types::{binary, text, TextContext, Type, Value};
 use protocol::{Format, PgError, Severity, SqlState};
+use shards::engine::CancelToken;
 use shards::runtime::Mesh;
 use smallvec::SmallVec;
 
@@ -268,6 +269,9 @@ pub enum Message {
         replies: ReplyBatch,
         spare: RequestBatch,
     },
+    /// The statement of transaction `tx` was cancelled: end its lock wait, if any
+    /// ([`Compute::cancel_wait`]).
+    CancelWait { tx: TxId },
     /// Send this shard's counters to shard `from` (for `ringwire.shard_stats`).
     StatsRequest { from: usize, id: u64 },
     StatsReply {
@@ -422,6 +426,9 @@ pub struct Compute {
     locks: RefCell<HashMap<TableId, TxId>>,
     /// transaction → the table it is waiting to lock (for deadlock detection)
     waiting_for: RefCell<HashMap<TxId, TableId>>,
+    /// Waiting transactions whose statement was cancelled (CancelRequest or
+    /// statement_timeout): their lock wait ends with 57014 at its next wake-up.
+    cancelled_waits: RefCell<Vec<TxId>>,
     /// transaction → tables it holds locks on (and may have intents in)
     tx_tables: RefCell<HashMap<TxId, Vec<TableId>>>,
     released: Notify,
@@ -448,6 +455,7 @@ impl Compute {
             tables: RefCell::new(HashMap::new()),
             locks: RefCell::new(HashMap::new()),
             waiting_for: RefCell::new(HashMap::new()),
+            cancelled_waits: RefCell::new(Vec::new()),
             tx_tables: RefCell::new(HashMap::new()),
             released: Notify::default(),
             last_commit: Cell::new(0),
@@ -691,8 +699,24 @@ impl Compute {
                     self.waiting_for.borrow_mut().insert(tx, table);
                     self.released.wait().await;
                     self.waiting_for.borrow_mut().remove(&tx);
+                    let mut cancelled = self.cancelled_waits.borrow_mut();
+                    if let Some(i) = cancelled.iter().position(|&t| t == tx) {
+                        cancelled.swap_remove(i);
+                        // The requester words it (user request or statement timeout).
+                        return Err(shards::engine::query_canceled());
+                    }
                 }
             }
+        }
+    }
+
+    /// End `tx`'s lock wait, if it is waiting, with 57014: its statement was cancelled. A
+    /// transaction that is not waiting is untouched (its statement is running or done; a
+    /// cancel never reaches a later statement).
+    pub fn cancel_wait(&self, tx: TxId) {
+        if self.waiting_for.borrow().contains_key(&tx) {
+            self.cancelled_waits.borrow_mut().push(tx);
+            self.released.notify_all();
         }
     }
 
@@ -830,6 +854,7 @@ impl Compute {
     }
 
     pub fn abort(&self, tx: TxId) {
+        self.cancelled_waits.borrow_mut().retain(|&t| t != tx);
         let held = self.tx_tables.borrow_mut().remove(&tx).unwrap_or_default();
         let mut tables = self.tables.borrow_mut();
         let mut locks = self.locks.borrow_mut();
@@ -1332,6 +1357,47 @@ impl Dispatcher {
         reply
     }
 
+    /// [`Dispatcher::call`] for a request of transaction `tx` that may wait for a lock: when
+    /// `cancel` fires (CancelRequest or statement_timeout) the compute ends the wait, and the
+    /// statement fails with the token's 57014 (its wording says which of the two). The
+    /// request is never abandoned: the reply still says whether it ran.
+    pub async fn call_cancellable(
+        &self,
+        request: Request,
+        tx: TxId,
+        cancel: &CancelToken,
+    ) -> Reply {
+        let mut call = std::pin::pin!(self.call(request));
+        let mut cancelled = false;
+        let reply = std::future::poll_fn(|cx| {
+            if let Poll::Ready(reply) = call.as_mut().poll(cx) {
+                return Poll::Ready(reply);
+            }
+            if !cancelled {
+                let mut fired = std::pin::pin!(cancel.cancelled());
+                if fired.as_mut().poll(cx).is_ready() {
+                    cancelled = true;
+                    self.cancel_wait(tx);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match reply {
+            Err(e) if cancelled && e.code == SqlState::QUERY_CANCELED => {
+                Err(cancel.check().err().unwrap_or(e))
+            }
+            other => other,
+        }
+    }
+
+    fn cancel_wait(&self, tx: TxId) {
+        match &self.compute {
+            Some(compute) => compute.cancel_wait(tx),
+            None => self.send(COMPUTE_SHARD, Message::CancelWait { tx }),
+        }
+    }
+
     /// Requests sent to the compute shard whose replies have not arrived (or not been taken).
     pub fn awaiting_replies(&self) -> bool {
         self.slots.borrow().len() > self.free_slots.borrow().len()
@@ -1467,6 +1533,13 @@ impl Dispatcher {
                     );
                 }
             }
+            Message::CancelWait { tx } => match &self.compute {
+                Some(compute) => compute.cancel_wait(tx),
+                None => log::error!(
+                    "shard {}: a cancel for the compute sent to a shard without compute",
+                    self.shard_id
+                ),
+            },
             Message::StatsRequest { .. } | Message::StatsReply { .. } => {
                 log::error!(
                     "shard {}: a stats message reached the dispatcher",

@@ -1219,7 +1219,10 @@ impl Frontend {
                     formats: formats.iter().copied().collect(),
                     autocommit,
                 };
-                self.dispatcher.call(request).await
+                // A lock wait ends when the statement is cancelled or times out.
+                self.dispatcher
+                    .call_cancellable(request, tx, cx.cancel)
+                    .await
             }
             TablePlan::CopyFrom { columns, .. } => {
                 if !session.in_simple_query {
@@ -1842,7 +1845,10 @@ impl Engine for Frontend {
             formats: Formats::new(),
             autocommit,
         };
-        let answer = self.dispatcher.call(request).await?;
+        let answer = self
+            .dispatcher
+            .call_cancellable(request, tx, cx.cancel)
+            .await?;
         write_count_tag(cx.out, "COPY", answer.count);
         Ok(())
     }

@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::postgres::Postgres;
@@ -116,6 +117,134 @@ async fn statement_timeout_as_postgres_does_it() {
         want[2],
         "57014 canceling statement due to statement timeout"
     );
+}
+
+/// A statement waiting for a table lock another transaction holds: statement_timeout and a
+/// CancelRequest end the wait with 57014, the session lives on, the holder is untouched, and no
+/// cancel lingers to hit a later statement. `a` and `b` are two sessions on the same server.
+async fn lock_wait_story(
+    a: &tokio_postgres::Client,
+    b: Arc<tokio_postgres::Client>,
+) -> Vec<String> {
+    let mut story = Vec::new();
+    // (Two Query messages: a BEGIN inside one would take the CREATE into its block.)
+    a.batch_execute(
+        "drop table if exists lockwait; create table lockwait (v int4); \
+         insert into lockwait values (1)",
+    )
+    .await
+    .unwrap();
+    a.batch_execute("begin; update lockwait set v = 2")
+        .await
+        .unwrap();
+    b.batch_execute("set statement_timeout = '300ms'")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (code, message) = tokio::time::timeout(
+        Duration::from_secs(5),
+        fails(&b, "update lockwait set v = 3"),
+    )
+    .await
+    .expect("statement_timeout did not end the lock wait");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_millis(2500),
+        "the lock wait timed out after {waited:?}"
+    );
+    story.push(format!("timeout: {code} {message}"));
+    alive(&b).await;
+    // A CancelRequest ends a lock wait too ("user request").
+    b.batch_execute("reset statement_timeout").await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { fails(&b, "update lockwait set v = 4").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the update did not wait for the lock"
+    );
+    b.cancel_token().cancel_query(NoTls).await.unwrap();
+    let (code, message) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the cancelled lock wait never ended")
+        .unwrap();
+    story.push(format!("cancel: {code} {message}"));
+    // The holder commits its own write; neither cancelled update left anything behind.
+    a.batch_execute("commit").await.unwrap();
+    let v: i32 = b
+        .query_one("select v from lockwait", &[])
+        .await
+        .unwrap()
+        .get(0);
+    story.push(format!("after: {v}"));
+    // No cancel lingers: the next waits and writes of both sessions run to the end.
+    b.batch_execute("begin; update lockwait set v = 5")
+        .await
+        .unwrap();
+    let a_waits = a.batch_execute("update lockwait set v = 6");
+    let b_commits = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        b.batch_execute("commit").await
+    };
+    let (a_done, b_done) = tokio::join!(a_waits, b_commits);
+    story.push(format!("later: {:?} {:?}", a_done.is_ok(), b_done.is_ok()));
+    let v: i32 = a
+        .query_one("select v from lockwait", &[])
+        .await
+        .unwrap()
+        .get(0);
+    story.push(format!("final: {v}"));
+    a.batch_execute("drop table lockwait").await.unwrap();
+    story
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_end_at_statement_timeout_and_cancel_as_postgres_does_it() {
+    let pg = Postgres::start();
+    let want = lock_wait_story(
+        &connect(&pg.connection_string()).await,
+        Arc::new(connect(&pg.connection_string()).await),
+    )
+    .await;
+    assert_eq!(
+        want,
+        [
+            "timeout: 57014 canceling statement due to statement timeout",
+            "cancel: 57014 canceling statement due to user request",
+            "after: 2",
+            "later: true true",
+            "final: 6",
+        ]
+    );
+    // The tables live on the compute shard (0): the waiting session on shard 0 waits in the
+    // compute directly, on shard 1 through the dispatcher, whose cancel travels as a message.
+    let rw = Ringwire::start(&["--shards", "2"]);
+    let conninfo = rw.connection_string("postgres");
+    let a = connect(&conninfo).await;
+    for shard in 0..2 {
+        let b = connect_on_shard(&conninfo, shard).await;
+        let got = lock_wait_story(&a, Arc::new(b)).await;
+        assert_eq!(got, want, "waiting session on shard {shard}");
+    }
+}
+
+/// A session on `shard` (connections land by the kernel's hash or round robin: open until one
+/// does).
+async fn connect_on_shard(conninfo: &str, shard: usize) -> tokio_postgres::Client {
+    for _ in 0..100 {
+        let client = connect(conninfo).await;
+        let pid: i32 = client
+            .query_one("select pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if shards::shard_of_process_id(pid) == shard {
+            return client;
+        }
+    }
+    panic!("no connection landed on shard {shard} in 100 tries");
 }
 
 /// Open a raw session, set the idle-in-transaction limit, begin, and go quiet: what arrives?
