@@ -41,8 +41,12 @@ const MAX_COPY_IN_BYTES: usize = 512 << 20;
 /// Flush the write buffer mid-batch once it holds this much (a large result streams out
 /// instead of piling up).
 pub const FLUSH_BYTES: usize = 256 << 10;
-/// Initial read buffer: enough for any ordinary query batch.
-const READ_BUF_BYTES: usize = 16 << 10;
+/// Initial read buffer: enough for an ordinary query, and small, because every idle
+/// connection keeps one (10,000 idle connections per shard are a stated goal).
+const READ_BUF_BYTES: usize = 1 << 10;
+/// A read that fills the buffer doubles it up to this size, so a pipelining client is still
+/// read (and answered) in batches this large; see `ReadBuf::fill`.
+const BATCH_READ_BYTES: usize = 16 << 10;
 /// Buffers that grew past this for one big message are given back afterwards, so an idle
 /// connection costs little memory.
 const SHRINK_ABOVE_BYTES: usize = 1 << 20;
@@ -111,8 +115,13 @@ impl ReadBuf {
         if needed > self.buf.len() {
             self.buf.resize(needed.max(self.buf.len() * 2), 0);
         }
+        let room = self.buf.len() - self.end;
         let n = stream.read(&mut self.buf[self.end..]).await?;
         self.end += n;
+        if n == room && self.buf.len() < BATCH_READ_BYTES {
+            // More is probably waiting: read bigger batches from now on.
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
         Ok(n > 0)
     }
 
