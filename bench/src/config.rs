@@ -77,7 +77,9 @@ pub struct Cli {
     #[arg(long)]
     pub json: bool,
     /// How the timed loop does its I/O: `uring` (one raw io_uring per thread, batched; see
-    /// src/ring.rs for why) or `glommio` (a glommio task and TcpStream per connection).
+    /// src/ring.rs for why), `shards` (a task per connection on the server's own socket layer,
+    /// `shards::uring`: what a server shard runs on) or `glommio` (a glommio task and
+    /// TcpStream per connection).
     #[arg(long, value_enum, default_value = "uring")]
     pub driver: Driver,
     /// Seed for the variables' random values (default: from the clock).
@@ -88,6 +90,7 @@ pub struct Cli {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Driver {
     Uring,
+    Shards,
     Glommio,
 }
 

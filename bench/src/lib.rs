@@ -6,7 +6,9 @@
 //!   per-connection [`workload::Cursor`] says what to send next.
 //! - [`client`]: one connection — setup and auth, then the closed loop that encodes into a
 //!   reused buffer and frames replies in place.
-//! - [`ring`]: the timed loop on one raw io_uring per thread (the default driver).
+//! - [`ring`]: the timed loop on one raw io_uring per thread (the default driver). `--driver
+//!   shards` runs each connection as a task on `shards::uring`, the server's own socket layer,
+//!   instead (docs/PERF.md compares the two).
 //! - [`runner`]: one concurrency level — client threads (glommio executors), the start gate,
 //!   CPU and allocation sampling around the timed window, merging per-thread histograms.
 //! - [`report`]: table rows and JSON lines.

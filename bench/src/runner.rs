@@ -102,6 +102,19 @@ pub fn preflight() -> Result<(), String> {
         .map_err(|e| format!("cannot start a glommio executor ({e}); io_uring must be enabled and RLIMIT_MEMLOCK large enough"))
 }
 
+/// `--driver shards`: this thread's `shards::uring` driver, the one every server shard runs on
+/// its io_uring path, with no listeners; it is installed for this thread and runs as a task
+/// until the executor ends.
+fn start_shards_driver() -> Result<Rc<shards::uring::Driver>, String> {
+    let bell = shards::uring::Doorbell::new()
+        .map_err(|e| format!("cannot make the shards driver's doorbell: {e}"))?;
+    let driver = shards::uring::Driver::new(Vec::new(), Arc::new(bell))
+        .map_err(|e| format!("cannot start the shards io_uring driver: {e}"))?;
+    driver.set_handlers(Box::new(|_, _| {}), Box::new(|| 0), Box::new(|| false));
+    glommio::spawn_local(driver.clone().run()).detach();
+    Ok(driver)
+}
+
 pub fn run_level(cfg: &BenchConfig, concurrency: usize, level_seed: u64) -> LevelResult {
     let threads = cfg.threads.min(concurrency);
     let gate = Arc::new(Gate {
@@ -129,19 +142,31 @@ pub fn run_level(cfg: &BenchConfig, concurrency: usize, level_seed: u64) -> Leve
             .io_memory(IO_MEMORY_BYTES)
             .spawn(move || async move {
                 let stats = Rc::new(ThreadStats::new());
+                let mut failure = None;
+                let ring = match driver {
+                    Driver::Shards => match start_shards_driver() {
+                        Ok(ring) => Some(ring),
+                        Err(e) => {
+                            failure = Some(e);
+                            None
+                        }
+                    },
+                    Driver::Uring | Driver::Glommio => None,
+                };
                 let opening: Vec<_> = ids
                     .iter()
+                    .filter(|_| failure.is_none())
                     .map(|&id| {
-                        let (workload, params) = (workload.clone(), params.clone());
+                        let (workload, params, ring) =
+                            (workload.clone(), params.clone(), ring.clone());
                         glommio::spawn_local(async move {
-                            Connection::open(&params, &workload, pipeline)
+                            Connection::open(&params, &workload, pipeline, ring.as_ref())
                                 .await
                                 .map(|c| (id, c))
                         })
                     })
                     .collect();
                 let mut connections = Vec::with_capacity(opening.len());
-                let mut failure = None;
                 for task in opening {
                     match task.await {
                         Ok(c) => connections.push(c),
@@ -168,7 +193,7 @@ pub fn run_level(cfg: &BenchConfig, concurrency: usize, level_seed: u64) -> Leve
                                 conn.close(healthy).await;
                             }
                         }
-                        Driver::Glommio => {
+                        Driver::Glommio | Driver::Shards => {
                             let running: Vec<_> = connections
                                 .into_iter()
                                 .map(|(id, mut conn)| {
@@ -197,6 +222,13 @@ pub fn run_level(cfg: &BenchConfig, concurrency: usize, level_seed: u64) -> Leve
                                 task.await;
                             }
                         }
+                    }
+                }
+                if let Some(ring) = ring {
+                    // Dropped streams are sent out and closed by the driver's next turns.
+                    let deadline = Instant::now() + Duration::from_secs(1);
+                    while ring.open_sockets() > 0 && Instant::now() < deadline {
+                        shards::time::sleep(Duration::from_millis(1)).await;
                     }
                 }
                 let stats = Rc::try_unwrap(stats)

@@ -149,10 +149,13 @@ fn scripts_and_pipelines_work() {
          SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\nEND;\n",
     )
     .unwrap();
-    // Both drivers: the raw io_uring loop (default) and the glommio task per connection.
+    // Every driver: the raw io_uring loop (default), a task per connection on the server's
+    // own socket layer, and a glommio task and TcpStream per connection.
     for (mode, driver) in [
         ("simple", "uring"),
         ("extended", "uring"),
+        ("extended", "shards"),
+        ("prepared", "shards"),
         ("prepared", "glommio"),
     ] {
         let out = bench(
