@@ -246,6 +246,19 @@ fn write_error_or_notice(out: &mut Vec<u8>, tag: u8, err: &PgError) {
         out.push(b'P');
         put_cstr(out, itoa_u32(position).as_str());
     }
+    if let Some(object) = &err.object {
+        for (field, value) in [
+            (b's', &object.schema),
+            (b't', &object.table),
+            (b'c', &object.column),
+            (b'n', &object.constraint),
+        ] {
+            if let Some(value) = value {
+                out.push(field);
+                put_cstr(out, value);
+            }
+        }
+    }
     out.push(0);
     finish_message(out, start);
 }
@@ -589,6 +602,15 @@ impl ErrorFields<'_> {
             detail: self.get(b'D').map(str::to_string),
             hint: self.get(b'H').map(str::to_string),
             position: self.get(b'P').and_then(|p| p.parse().ok()),
+            object: {
+                let object = crate::error::ErrorObject {
+                    schema: self.get(b's').map(str::to_string),
+                    table: self.get(b't').map(str::to_string),
+                    column: self.get(b'c').map(str::to_string),
+                    constraint: self.get(b'n').map(str::to_string),
+                };
+                (object != crate::error::ErrorObject::default()).then(|| Box::new(object))
+            },
         }
     }
 }
@@ -607,6 +629,37 @@ mod tests {
         }
         assert_eq!(at, buf.len(), "trailing partial message");
         out
+    }
+
+    #[test]
+    fn the_object_an_error_is_about_round_trips() {
+        let err = PgError::new(SqlState(*b"23505"), "duplicate key")
+            .with_detail("Key (id)=(1) already exists.")
+            .with_object(crate::error::ErrorObject {
+                schema: Some("public".into()),
+                table: Some("t".into()),
+                column: None,
+                constraint: Some("t_pkey".into()),
+            });
+        let mut b = Vec::new();
+        write_error(&mut b, &err);
+        let (frame, n) = split_frame(&b, 1 << 20).unwrap().unwrap();
+        assert_eq!(n, b.len());
+        let BackendMessage::ErrorResponse(fields) = BackendMessage::parse(frame).unwrap() else {
+            panic!("not an ErrorResponse");
+        };
+        assert_eq!(fields.get(b'n'), Some("t_pkey"));
+        assert_eq!(fields.get(b'c'), None);
+        assert_eq!(fields.to_pg_error(), err);
+        // Without an object, none of the fields is sent and none is parsed.
+        let plain = PgError::new(SqlState(*b"22012"), "division by zero");
+        let mut b = Vec::new();
+        write_error(&mut b, &plain);
+        let (frame, _) = split_frame(&b, 1 << 20).unwrap().unwrap();
+        let BackendMessage::ErrorResponse(fields) = BackendMessage::parse(frame).unwrap() else {
+            panic!("not an ErrorResponse");
+        };
+        assert_eq!(fields.to_pg_error(), plain);
     }
 
     #[test]

@@ -114,6 +114,20 @@ pub struct PgError {
     pub hint: Option<String>,
     /// 1-based character position in the query string (field `P`).
     pub position: Option<u32>,
+    /// The database object the error is about (fields `s`, `t`, `c`, `n`), as PostgreSQL
+    /// reports integrity violations; drivers expose them (psycopg's `diag.constraint_name`,
+    /// JDBC's `ServerErrorMessage.getConstraint`) and ORMs map errors by them. Boxed: errors
+    /// travel in every `Result` of the query path, and this is rare.
+    pub object: Option<Box<ErrorObject>>,
+}
+
+/// See [`PgError::object`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErrorObject {
+    pub schema: Option<String>,
+    pub table: Option<String>,
+    pub column: Option<String>,
+    pub constraint: Option<String>,
 }
 
 impl PgError {
@@ -125,6 +139,7 @@ impl PgError {
             detail: None,
             hint: None,
             position: None,
+            object: None,
         }
     }
 
@@ -148,6 +163,12 @@ impl PgError {
 
     pub fn with_position(mut self, position: u32) -> PgError {
         self.position = Some(position);
+        self
+    }
+
+    /// Name the object the error is about (see [`PgError::object`]).
+    pub fn with_object(mut self, object: ErrorObject) -> PgError {
+        self.object = Some(Box::new(object));
         self
     }
 }

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
-use protocol::error::{PgError, SqlState};
+use protocol::error::{ErrorObject, PgError, SqlState};
 use protocol::types::{self, Interval, TextContext, Value};
 use smallvec::SmallVec;
 
@@ -880,7 +880,13 @@ impl Table {
                 .with_detail(format!(
                     "Failing row contains {}.",
                     self.describe_row(row, ctx)
-                )));
+                ))
+                .with_object(ErrorObject {
+                    schema: Some("public".into()),
+                    table: Some(self.def.name.clone()),
+                    column: Some(col.name.clone()),
+                    ..ErrorObject::default()
+                }));
             }
         }
         Ok(())
@@ -1002,6 +1008,12 @@ impl Table {
             ),
         )
         .with_detail(format!("Key ({names})=({values}) already exists."))
+        .with_object(ErrorObject {
+            schema: Some("public".into()),
+            table: Some(self.def.name.clone()),
+            constraint: Some(idx.def.name.clone()),
+            ..ErrorObject::default()
+        })
     }
 
     /// Inserts `row` (full width, table column order) as an intent of `tx`.

@@ -1,0 +1,220 @@
+//! Stock drivers, unchanged, against ringwire and against PostgreSQL 15: each tells the same
+//! story (`tests/drivers/*`: literals, typed parameters, a table written with prepared
+//! statements, commit and rollback, errors with their SQLSTATE and constraint name, statement
+//! reuse) and prints one line per step; ringwire's lines must equal PostgreSQL's. The same story
+//! then runs through ringwire's upstream mode (`--upstream`) in front of that PostgreSQL.
+//!
+//! Drivers: psycopg 3 (libpq), asyncpg (its own binary protocol implementation), node-postgres,
+//! pgx v5 (Go), pgjdbc. Each is fetched once from its package registry into
+//! `CARGO_TARGET_TMPDIR/drivers` (PyPI, npm, the Go module proxy, Maven Central) and reused;
+//! python3, npm, go, mvn and java must be on the PATH (they are on this project's machines).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use common::postgres::Postgres;
+use common::ringwire::Ringwire;
+
+const PSYCOPG: &str = "psycopg[binary]==3.3.9";
+const ASYNCPG: &str = "asyncpg==0.32.0";
+const NODE_PG: &str = "pg@8.23.1";
+const PGJDBC: &str = "org.postgresql:postgresql:42.7.4";
+
+fn sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers")
+}
+
+fn cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("drivers")
+}
+
+/// Run a set-up command; panic with its output if it fails.
+fn set_up(what: &str, cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {cmd:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `dir`, made by `make` unless an earlier run finished it (a marker file says so). One
+/// set-up at a time: tests of the same driver share the directory.
+fn prepared(name: &str, make: impl FnOnce(&Path)) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = cache().join(name);
+    let done = dir.join(".ready");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        make(&dir);
+        std::fs::write(&done, b"").unwrap();
+    }
+    dir
+}
+
+fn python() -> PathBuf {
+    prepared("python", |dir| {
+        set_up(
+            "pip install",
+            Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "--target"])
+                .arg(dir)
+                .args([PSYCOPG, ASYNCPG]),
+        )
+    })
+}
+
+/// The command that tells `driver`'s story against `host`/`port`.
+fn story(driver: &str, host: &str, port: u16) -> Command {
+    let src = sources();
+    let port = port.to_string();
+    match driver {
+        "psycopg" | "asyncpg" => {
+            let mut cmd = Command::new("python3");
+            cmd.env("PYTHONPATH", python())
+                .arg(src.join(format!("python/{driver}_story.py")))
+                .args([host, &port]);
+            cmd
+        }
+        "node-postgres" => {
+            let dir = prepared("node", |dir| {
+                set_up(
+                    "npm install",
+                    Command::new("npm")
+                        .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                        .arg(dir)
+                        .arg(NODE_PG),
+                )
+            });
+            let mut cmd = Command::new("node");
+            cmd.env("NODE_PATH", dir.join("node_modules"))
+                .arg(src.join("node/pg_story.js"))
+                .args([host, &port]);
+            cmd
+        }
+        "pgx" => {
+            let dir = prepared("go", |dir| {
+                set_up(
+                    "go build",
+                    Command::new("go")
+                        .current_dir(src.join("go"))
+                        .args(["build", "-o"])
+                        .arg(dir.join("pgxstory"))
+                        .arg("."),
+                )
+            });
+            let mut cmd = Command::new(dir.join("pgxstory"));
+            cmd.args([host, &port]);
+            cmd
+        }
+        "pgjdbc" => {
+            let dir = prepared("java", |dir| {
+                set_up(
+                    "mvn dependency:copy",
+                    Command::new("mvn")
+                        .args(["-q", "-B", "dependency:copy"])
+                        .arg(format!("-Dartifact={PGJDBC}"))
+                        .arg(format!("-DoutputDirectory={}", dir.display())),
+                );
+                set_up(
+                    "javac",
+                    Command::new("javac")
+                        .arg("-cp")
+                        .arg(dir.join("postgresql-42.7.4.jar"))
+                        .arg("-d")
+                        .arg(dir)
+                        .arg(src.join("java/JdbcStory.java")),
+                );
+            });
+            let mut cmd = Command::new("java");
+            cmd.arg("-cp")
+                .arg(format!(
+                    "{}:{}",
+                    dir.join("postgresql-42.7.4.jar").display(),
+                    dir.display()
+                ))
+                .arg("JdbcStory")
+                .args([host, &port]);
+            cmd
+        }
+        other => panic!("no story for {other}"),
+    }
+}
+
+/// The story's lines; panics (with its output) if the driver failed.
+fn tell(driver: &str, server: &str, host: &str, port: u16) -> String {
+    let mut cmd = story(driver, host, port);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{driver}: cannot run {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{driver} against {server} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// PostgreSQL's story, then ringwire's (embedded compute), then ringwire's in front of that
+/// PostgreSQL: all three must be the same lines.
+fn same_story_everywhere(driver: &str) {
+    let pg = Postgres::start();
+    let want = tell(driver, "PostgreSQL", "127.0.0.1", pg.port);
+    assert!(
+        want.lines().count() >= 8,
+        "{driver} told too short a story:\n{want}"
+    );
+    // JDBC speaks TCP only; the others use the test transport (TCP, or the Unix socket under
+    // RINGWIRE_TEST_TRANSPORT=unix).
+    let host = |rw: &Ringwire| {
+        if driver == "pgjdbc" {
+            "127.0.0.1".to_string()
+        } else {
+            rw.host().to_string()
+        }
+    };
+    let rw = Ringwire::start(&[]);
+    let got = tell(driver, "ringwire", &host(&rw), rw.port);
+    assert_eq!(got, want, "{driver}: ringwire (left) vs PostgreSQL (right)");
+    let upstream = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let relay = Ringwire::start(&["--upstream", &upstream, "--upstream-pool-size", "2"]);
+    let got = tell(driver, "ringwire --upstream", &host(&relay), relay.port);
+    assert_eq!(
+        got, want,
+        "{driver}: ringwire --upstream (left) vs PostgreSQL (right)"
+    );
+}
+
+#[test]
+fn psycopg() {
+    same_story_everywhere("psycopg");
+}
+
+#[test]
+fn asyncpg() {
+    same_story_everywhere("asyncpg");
+}
+
+#[test]
+fn node_postgres() {
+    same_story_everywhere("node-postgres");
+}
+
+#[test]
+fn pgx() {
+    same_story_everywhere("pgx");
+}
+
+#[test]
+fn pgjdbc() {
+    same_story_everywhere("pgjdbc");
+}

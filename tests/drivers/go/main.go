@@ -1,0 +1,105 @@
+// The driver story (tests/drivers.rs) told with pgx v5 (Go's pure-Go driver: extended protocol,
+// binary formats, its statement cache). Usage: pgxstory HOST PORT
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func main() {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, "host="+os.Args[1]+" port="+os.Args[2]+" user=postgres dbname=postgres sslmode=disable")
+	must(err)
+	defer conn.Close(ctx)
+	var a int32
+	var b string
+	var n float64
+	var t bool
+	var z *string
+	must(conn.QueryRow(ctx, "select 1::int4, 'x'::text, 1.5::numeric::float8, true, null::text").Scan(&a, &b, &n, &t, &z))
+	fmt.Println("literals", a, b, n, t, z == nil)
+	must(conn.QueryRow(ctx, "select $1::int4 + 1, $2::text, $3::bool", 41, "hi", false).Scan(&a, &b, &t))
+	fmt.Println("params", a, b, t)
+	_, err = conn.Exec(ctx, "drop table if exists drv_pgx")
+	must(err)
+	_, err = conn.Exec(ctx, "create table drv_pgx (id int4 primary key, name text, v float8)")
+	must(err)
+	batch := &pgx.Batch{}
+	batch.Queue("insert into drv_pgx values ($1, $2, $3)", 1, "x", 1.5)
+	batch.Queue("insert into drv_pgx values ($1, $2, $3)", 2, "y", nil)
+	batch.Queue("insert into drv_pgx values ($1, $2, $3)", 3, nil, -2.0)
+	must(conn.SendBatch(ctx, batch).Close())
+	rows, err := conn.Query(ctx, "select id, name, v from drv_pgx order by id")
+	must(err)
+	for rows.Next() {
+		var id int32
+		var name *string
+		var v *float64
+		must(rows.Scan(&id, &name, &v))
+		fmt.Println("row", id, deref(name), derefF(v))
+	}
+	must(rows.Err())
+	tx, err := conn.Begin(ctx)
+	must(err)
+	_, err = tx.Exec(ctx, "update drv_pgx set name = 'rolled back' where id = 1")
+	must(err)
+	must(tx.Rollback(ctx))
+	tx, err = conn.Begin(ctx)
+	must(err)
+	_, err = tx.Exec(ctx, "update drv_pgx set name = 'kept' where id = 2")
+	must(err)
+	must(tx.Commit(ctx))
+	var names []string
+	rows, err = conn.Query(ctx, "select coalesce(name, 'NULL') from drv_pgx order by id")
+	must(err)
+	for rows.Next() {
+		var s string
+		must(rows.Scan(&s))
+		names = append(names, s)
+	}
+	must(rows.Err())
+	fmt.Println("after transactions", names)
+	for _, sql := range []string{"select 1/0", "insert into drv_pgx values (1, 'dup', 0)"} {
+		_, err = conn.Exec(ctx, sql)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			fmt.Println("error", pgErr.Code, pgErr.ConstraintName, pgErr.TableName)
+		} else {
+			fmt.Println("no server error", sql, err)
+		}
+	}
+	var count int64
+	for _, id := range []int32{0, 2} {
+		must(conn.QueryRow(ctx, "select count(*) from drv_pgx where id > $1", id).Scan(&count))
+		fmt.Println("prepared", id, count)
+	}
+	_, err = conn.Exec(ctx, "drop table drv_pgx")
+	must(err)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
+}
+
+func derefF(f *float64) string {
+	if f == nil {
+		return "NULL"
+	}
+	return fmt.Sprint(*f)
+}

@@ -1,0 +1,43 @@
+// The driver story (tests/drivers.rs) told with node-postgres (`pg`, pure JavaScript, text
+// formats, unnamed and named prepared statements). Usage: node pg_story.js HOST PORT
+const { Client } = require('pg');
+
+async function main(host, port) {
+  const c = new Client({ host, port, user: 'postgres', database: 'postgres' });
+  await c.connect();
+  const show = (label, r) => console.log(label, JSON.stringify(r.rows));
+  show('literals', await c.query("select 1::int4 as a, 'x'::text as b, 1.5::numeric as n, true as t, null::text as z"));
+  show('params', await c.query('select $1::int4 + 1 as a, $2::text as b, $3::bool as c', [41, 'hi', false]));
+  await c.query('drop table if exists drv_node');
+  await c.query('create table drv_node (id int4 primary key, name text, v float8)');
+  for (const row of [[1, 'x', 1.5], [2, 'y', null], [3, null, -2]]) {
+    await c.query({ name: 'ins', text: 'insert into drv_node values ($1, $2, $3)', values: row });
+  }
+  show('rows', await c.query('select * from drv_node order by id'));
+  await c.query('begin');
+  await c.query("update drv_node set name = 'rolled back' where id = 1");
+  await c.query('rollback');
+  await c.query('begin');
+  await c.query("update drv_node set name = 'kept' where id = 2");
+  await c.query('commit');
+  show('after transactions', await c.query('select id, name from drv_node order by id'));
+  for (const sql of ['select 1/0', "insert into drv_node values (1, 'dup', 0)"]) {
+    try {
+      await c.query(sql);
+      console.log('no error', sql);
+    } catch (e) {
+      console.log('error', e.code, e.constraint === undefined ? null : e.constraint);
+    }
+  }
+  show('still usable', await c.query('select count(*)::int4 as n from drv_node'));
+  for (const id of [0, 2]) {
+    show('prepared ' + id, await c.query({ name: 'count', text: 'select count(*)::int4 as n from drv_node where id > $1', values: [id] }));
+  }
+  await c.query('drop table drv_node');
+  await c.end();
+}
+
+main(process.argv[2], Number(process.argv[3])).catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,53 @@
+"""The driver story (tests/drivers.rs) told with asyncpg (its own protocol implementation,
+binary formats, prepared statements for everything). Usage: asyncpg_story.py HOST PORT."""
+import asyncio
+import datetime
+import decimal
+import sys
+
+import asyncpg
+
+
+async def main(host, port):
+    conn = await asyncpg.connect(host=host, port=port, user="postgres", database="postgres")
+    row = await conn.fetchrow("select 1::int4 as a, 'x'::text as b, 2.5::numeric as n, true as t, null::text as z")
+    print("literals", list(row.items()))
+    print("params", await conn.fetchval("select $1::int4 + 1", 41))
+    row = await conn.fetchrow(
+        "select $1::text, $2::numeric, $3::bool, $4::float8",
+        "hi", decimal.Decimal("1.25"), True, 0.5,
+    )
+    print("params", list(row.values()))
+    await conn.execute("drop table if exists drv_asyncpg")
+    await conn.execute("create table drv_asyncpg (id int4 primary key, name text, ts timestamptz)")
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    await conn.executemany(
+        "insert into drv_asyncpg values ($1, $2, $3)", [(1, "x", when), (2, None, None)]
+    )
+    print("rows", [list(r.values()) for r in await conn.fetch("select * from drv_asyncpg order by id")])
+    async with conn.transaction():
+        await conn.execute("update drv_asyncpg set name = 'kept' where id = 2")
+    try:
+        async with conn.transaction():
+            await conn.execute("update drv_asyncpg set name = 'rolled back' where id = 1")
+            raise RuntimeError("roll back")
+    except RuntimeError:
+        pass
+    rows = await conn.fetch("select id, name from drv_asyncpg order by id")
+    print("after transactions", [list(r.values()) for r in rows])
+    try:
+        await conn.fetch("select 1/0")
+    except asyncpg.PostgresError as e:
+        print("error", e.sqlstate)
+    try:
+        await conn.execute("insert into drv_asyncpg values (1, 'dup', null)")
+    except asyncpg.PostgresError as e:
+        print("error", e.sqlstate, e.constraint_name)
+    stmt = await conn.prepare("select id from drv_asyncpg where id > $1 order by id")
+    print("prepared", [r[0] for r in await stmt.fetch(0)], [r[0] for r in await stmt.fetch(1)])
+    print("status", conn.is_in_transaction())
+    await conn.execute("drop table drv_asyncpg")
+    await conn.close()
+
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))

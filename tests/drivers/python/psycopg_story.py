@@ -1,0 +1,53 @@
+"""The driver story (tests/drivers.rs) told with psycopg 3 (libpq underneath): one line per
+step, compared line by line between PostgreSQL and ringwire. Usage: psycopg_story.py HOST PORT."""
+import decimal
+import sys
+
+import psycopg
+
+conn = psycopg.connect(host=sys.argv[1], port=int(sys.argv[2]), user="postgres", dbname="postgres")
+cur = conn.cursor()
+cur.execute("select 1::int4, 'a'::text, 1.5::numeric, true, 0.25::float8, null::text")
+print("literals", cur.fetchall())
+cur.execute(
+    "select %s::int4 + 1, %s::text, %s::numeric, %s::bool",
+    (41, "hi", decimal.Decimal("2.50"), False),
+)
+print("params", cur.fetchall())
+cur.execute("drop table if exists drv_psycopg")
+cur.execute("create table drv_psycopg (id int4 primary key, name text, v float8)")
+cur.executemany(
+    "insert into drv_psycopg values (%s, %s, %s)",
+    [(1, "x", 1.5), (2, "y", None), (3, None, -2.0)],
+)
+conn.commit()
+cur.execute("select * from drv_psycopg order by id")
+print("rows", cur.fetchall())
+cur.execute("update drv_psycopg set name = 'rolled back' where id = 1")
+conn.rollback()
+with conn.transaction():
+    cur.execute("update drv_psycopg set name = 'kept' where id = 2")
+cur.execute("select id, name from drv_psycopg order by id")
+print("after transactions", cur.fetchall())
+conn.rollback()
+try:
+    cur.execute("select 1/0")
+except psycopg.Error as e:
+    print("error", e.sqlstate)
+conn.rollback()
+try:
+    cur.execute("insert into drv_psycopg values (1, 'dup', 0)")
+except psycopg.Error as e:
+    print("error", e.sqlstate, e.diag.constraint_name)
+conn.rollback()
+with conn.cursor(binary=True) as b:
+    for i in (1, 3):
+        b.execute("select id, name, v from drv_psycopg where id = %s", (i,), prepare=True)
+        print("binary prepared", b.fetchall())
+conn.rollback()
+conn.autocommit = True
+cur.execute("select count(*) from drv_psycopg")
+print("autocommit", cur.fetchone(), conn.info.transaction_status.name)
+cur.execute("drop table drv_psycopg")
+print("encoding", conn.info.parameter_status("server_encoding"), conn.info.encoding)
+conn.close()
