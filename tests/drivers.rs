@@ -60,8 +60,29 @@ fn prepared(name: &str, make: impl FnOnce(&Path)) -> PathBuf {
     dir
 }
 
+/// A short stable tag for pinned package versions (a cache directory per set of versions).
+fn tag(versions: &[&str]) -> String {
+    versions
+        .iter()
+        .flat_map(|v| v.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '.'))
+        .collect()
+}
+
+/// A cache name that changes when any of `files` (under tests/drivers) changes, so an edited
+/// program is built again.
+fn versioned(name: &str, files: &[&str]) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    for f in files {
+        std::fs::read(sources().join(f))
+            .unwrap_or_else(|e| panic!("read tests/drivers/{f}: {e}"))
+            .hash(&mut h);
+    }
+    format!("{name}-{:016x}", h.finish())
+}
+
 fn python() -> PathBuf {
-    prepared("python", |dir| {
+    prepared(&format!("python-{}", tag(&[PSYCOPG, ASYNCPG])), |dir| {
         set_up(
             "pip install",
             Command::new("python3")
@@ -85,7 +106,7 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
             cmd
         }
         "node-postgres" => {
-            let dir = prepared("node", |dir| {
+            let dir = prepared(&format!("node-{}", tag(&[NODE_PG])), |dir| {
                 set_up(
                     "npm install",
                     Command::new("npm")
@@ -101,7 +122,8 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
             cmd
         }
         "pgx" => {
-            let dir = prepared("go", |dir| {
+            let name = versioned("go", &["go/go.mod", "go/go.sum", "go/main.go"]);
+            let dir = prepared(&name, |dir| {
                 set_up(
                     "go build",
                     Command::new("go")
@@ -116,7 +138,8 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
             cmd
         }
         "pgjdbc" => {
-            let dir = prepared("java", |dir| {
+            let name = versioned("java", &["java/JdbcStory.java"]);
+            let dir = prepared(&name, |dir| {
                 set_up(
                     "mvn dependency:copy",
                     Command::new("mvn")

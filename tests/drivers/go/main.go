@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -86,6 +87,31 @@ func main() {
 		must(conn.QueryRow(ctx, "select count(*) from drv_pgx where id > $1", id).Scan(&count))
 		fmt.Println("prepared", id, count)
 	}
+	// Common types as parameters and results in pgx's binary formats.
+	var (
+		by   []byte
+		d    time.Time
+		ts   time.Time
+		tstz time.Time
+		ia   []*int32
+		ta   []string
+		u    [16]byte
+		js   map[string]any
+		iv   time.Duration
+		i8   int64
+		i2   int16
+		f4   float32
+	)
+	one := int32(1)
+	must(conn.QueryRow(ctx,
+		"select $1::bytea, $2::date, $3::timestamp, $4::timestamptz, $5::int4[], $6::text[], $7::uuid, $8::jsonb, $9::interval, $10::int8, $11::int2, $12::float4",
+		[]byte{0, 255, 'a'}, time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC),
+		time.Date(2024, 1, 2, 3, 4, 5, 678901000, time.UTC), time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC),
+		[]*int32{&one, nil}, []string{"a", "b c"}, [16]byte{15: 5}, map[string]any{"a": []int{1, 2}},
+		26*time.Hour+5*time.Second, int64(1)<<40, int16(7), float32(1.5),
+	).Scan(&by, &d, &ts, &tstz, &ia, &ta, &u, &js, &iv, &i8, &i2, &f4))
+	fmt.Println("types", by, d.Format(time.DateOnly), ts.UTC().Format(time.RFC3339Nano), tstz.UTC().Format(time.RFC3339Nano),
+		*ia[0], ia[1] == nil, ta, u, js, iv, i8, i2, f4)
 	_, err = conn.Exec(ctx, "drop table drv_pgx")
 	must(err)
 }

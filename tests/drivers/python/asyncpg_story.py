@@ -4,6 +4,7 @@ import asyncio
 import datetime
 import decimal
 import sys
+import uuid
 
 import asyncpg
 
@@ -46,6 +47,23 @@ async def main(host, port):
     stmt = await conn.prepare("select id from drv_asyncpg where id > $1 order by id")
     print("prepared", [r[0] for r in await stmt.fetch(0)], [r[0] for r in await stmt.fetch(1)])
     print("status", conn.is_in_transaction())
+    # Common types in binary (arrays are left out: asyncpg introspects the catalogs for them,
+    # which the embedded engine cannot answer yet; see README).
+    row = await conn.fetchrow(
+        "select $1::bytea, $2::date, $3::timestamp, $4::timestamptz, $5::uuid, $6::interval, "
+        "$7::int8, $8::int2, $9::float4, $10::jsonb",
+        b"\x00\xffab",
+        datetime.date(2024, 2, 29),
+        datetime.datetime(2024, 1, 2, 3, 4, 5, 678901),
+        when,
+        uuid.UUID(int=5),
+        datetime.timedelta(days=1, seconds=5),
+        2**40,
+        7,
+        1.5,
+        '{"a": [1, 2]}',
+    )
+    print("types", list(row.values()))
     await conn.execute("drop table drv_asyncpg")
     await conn.close()
 

@@ -1,7 +1,9 @@
 """The driver story (tests/drivers.rs) told with psycopg 3 (libpq underneath): one line per
 step, compared line by line between PostgreSQL and ringwire. Usage: psycopg_story.py HOST PORT."""
+import datetime
 import decimal
 import sys
+import uuid
 
 import psycopg
 
@@ -44,6 +46,31 @@ with conn.cursor(binary=True) as b:
     for i in (1, 3):
         b.execute("select id, name, v from drv_psycopg where id = %s", (i,), prepare=True)
         print("binary prepared", b.fetchall())
+conn.rollback()
+# PostgreSQL's common types as parameters and results, in text and in binary.
+for binary in (False, True):
+    with conn.cursor(binary=binary) as t:
+        t.execute(
+            "select %s::bytea, %s::date, %s::timestamp, %s::timestamptz, %s::int4[], %s::text[], "
+            "%s::uuid, %s::jsonb, %s::interval, %s::int8, %s::int2, %s::float4",
+            (
+                b"\x00\xffab",
+                datetime.date(2024, 2, 29),
+                datetime.datetime(2024, 1, 2, 3, 4, 5, 678901),
+                datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+                [1, 2, None],
+                ["a", "b c", None],
+                uuid.UUID(int=5),
+                psycopg.types.json.Jsonb({"a": [1, 2]}),
+                datetime.timedelta(days=1, seconds=5),
+                2**40,
+                7,
+                1.5,
+            ),
+        )
+        row = list(t.fetchone())
+        row[3] = row[3].isoformat()  # the zone object depends on the server's TimeZone name
+        print("types", binary, row)
 conn.rollback()
 conn.autocommit = True
 cur.execute("select count(*) from drv_psycopg")
