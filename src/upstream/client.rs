@@ -107,11 +107,9 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     frontend::encode_startup(
         &mut out,
         frontend::PROTOCOL_3_0,
-        &[
-            ("user", &config.user),
-            ("database", &config.database),
-            ("application_name", "ringwire"),
-        ],
+        // No application_name: RESET ALL returns a pooled connection to its startup values,
+        // and a client that set none must see PostgreSQL's default (''), not ours.
+        &[("user", &config.user), ("database", &config.database)],
     );
     stream.write_all(&out).await.map_err(io_err)?;
     let mut handshake = Handshake::default();

@@ -130,6 +130,11 @@ pub struct Session {
     /// A reply made here was an error: drop client messages until Sync, as the server would.
     skip_until_sync: bool,
     to_send: Vec<u8>,
+    /// The value of each reported parameter as this client was last shown it (startup, then
+    /// ParameterStatus). A pooled connection's own changes (the settings replay's RESET ALL
+    /// putting back another client's application_name) reach the client only where they
+    /// change what it was shown, as PostgreSQL would report them.
+    shown: Vec<(Box<str>, Box<str>)>,
 }
 
 fn fingerprint(startup: &[(String, String)], sets: &[(String, String)]) -> u64 {
@@ -193,7 +198,7 @@ impl Session {
             }
         }
         let settings = fingerprint(&startup_sets, &[]);
-        Ok(Session {
+        let mut session = Session {
             shard,
             server: None,
             tx: b'I',
@@ -210,9 +215,45 @@ impl Session {
             copy_in: false,
             skip_until_sync: false,
             to_send: Vec::new(),
-        })
+            shown: Vec::new(),
+        };
+        session.shown = session
+            .shard
+            .parameters
+            .iter()
+            .map(|(name, value)| {
+                let value = session.startup_value(name).unwrap_or(value);
+                (name.as_str().into(), value.into())
+            })
+            .collect();
+        Ok(session)
     }
+}
 
+/// Whether a ParameterStatus from the server tells the client something `shown` does not
+/// have; records it there.
+fn news(shown: &mut Vec<(Box<str>, Box<str>)>, raw: &[u8]) -> bool {
+    let mut fields = raw.get(5..).unwrap_or_default().split(|&b| b == 0);
+    let (Some(name), Some(value)) = (fields.next(), fields.next()) else {
+        return true;
+    };
+    let (Ok(name), Ok(value)) = (std::str::from_utf8(name), std::str::from_utf8(value)) else {
+        return true;
+    };
+    match shown.iter_mut().find(|(n, _)| &**n == name) {
+        Some((_, shown)) if &**shown == value => false,
+        Some((_, shown)) => {
+            *shown = value.into();
+            true
+        }
+        None => {
+            shown.push((name.into(), value.into()));
+            true
+        }
+    }
+}
+
+impl Session {
     /// The value the client asked for at startup, for the ParameterStatus it is shown.
     pub fn startup_value(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
@@ -724,7 +765,9 @@ impl Session {
                 return false;
             }
             (b'S', _) => {
-                out.extend_from_slice(raw);
+                if news(&mut self.shown, raw) {
+                    out.extend_from_slice(raw);
+                }
                 return false;
             }
             (b'E', _) => {
@@ -845,13 +888,15 @@ impl Session {
         }
     }
 
-    /// After an error: drop queued replies up to the next Sync, which the server answers.
+    /// After an error: drop queued replies up to the next Sync, which the server answers. A
+    /// simple Query in between is dropped too: the server discards every message until Sync,
+    /// Query included, and answers it nothing.
     fn skip_to_sync(&mut self) {
         while let Some(front) = self.expect.front() {
             if matches!(
                 front,
                 Expect::Server {
-                    kind: Kind::Sync | Kind::Query,
+                    kind: Kind::Sync,
                     ..
                 }
             ) {
