@@ -613,7 +613,7 @@ fn side_by_side(pg: &[String], rw: &[String]) -> String {
 fn ringwire_answers_scripts_like_postgresql() {
     let pg = Postgres::start();
     let rw = Ringwire::start(&[]);
-    same_transcripts(&pg, rw.port, "ringwire", &[]);
+    same_transcripts(&pg, rw.port, "ringwire");
 }
 
 /// The same scripts through upstream mode: ringwire relays each to a PostgreSQL of its own (a
@@ -625,20 +625,12 @@ fn upstream_mode_relays_scripts_like_postgresql() {
     let upstream = Postgres::start();
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", upstream.port);
     let rw = Ringwire::start(&["--upstream", &url, "--upstream-pool-size", "2"]);
-    // Known relay gaps, kept visible: SQL DEALLOCATE and DISCARD ALL reach the server, which
-    // knows the client's protocol-level statements only under ringwire's names.
-    same_transcripts(
-        &pg,
-        rw.port,
-        "ringwire --upstream",
-        &["DEALLOCATE", "DISCARD ALL"],
-    );
+    same_transcripts(&pg, rw.port, "ringwire --upstream");
 }
 
 /// Run every case (or those named by `DIFF_CASE`) against PostgreSQL and against `port`; the
-/// transcripts must be identical, except for the cases named in `known` (gaps we know of),
-/// which must still differ: one that starts to match must leave the list.
-fn same_transcripts(pg: &Postgres, port: u16, server: &str, known: &[&str]) {
+/// transcripts must be identical.
+fn same_transcripts(pg: &Postgres, port: u16, server: &str) {
     let filter = std::env::var("DIFF_CASE").ok();
     let verbose = std::env::var_os("DIFF_VERBOSE").is_some();
     let cases: Vec<Case> = cases()
@@ -671,14 +663,6 @@ fn same_transcripts(pg: &Postgres, port: u16, server: &str, known: &[&str]) {
         let rw_lines: Vec<String> = got.startup.iter().chain(&got.replies).cloned().collect();
         if verbose {
             eprintln!("== {}\n{}", case.name, side_by_side(&pg_lines, &rw_lines));
-        }
-        if known.contains(&case.name) {
-            assert_ne!(
-                pg_lines, rw_lines,
-                "{server}: case {:?} now matches PostgreSQL: remove it from the known gaps",
-                case.name
-            );
-            continue;
         }
         if pg_lines != rw_lines {
             divergences.push(format!(

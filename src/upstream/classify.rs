@@ -140,6 +140,35 @@ fn plainly_stateless(sql: &str) -> bool {
         && !contains_ignore_case(b, b"set_config")
 }
 
+/// The statement a Query that is only `DEALLOCATE [PREPARE] name` deallocates (lower-cased
+/// unless double-quoted). None for anything else, `DEALLOCATE ALL` included, and for text this
+/// cheap scan cannot vouch for (the server then sees it).
+pub fn deallocated(sql: &str) -> Option<String> {
+    let parts: Vec<&str> = statements(sql)
+        .into_iter()
+        .filter(|s| !s.trim().is_empty())
+        .collect();
+    let [stmt] = parts.as_slice() else {
+        return None;
+    };
+    let plain = stmt
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c == '"' || c.is_whitespace());
+    if !plain {
+        return None;
+    }
+    let w = words(stmt, 4);
+    let w: Vec<&str> = w.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        ["deallocate", "prepare", name] | ["deallocate", name]
+            if (stmt.contains('"') || *name != "all") && *name != "prepare" =>
+        {
+            Some(name.to_string())
+        }
+        _ => None,
+    }
+}
+
 pub fn classify(sql: &str) -> Effects {
     let mut fx = Effects::default();
     if plainly_stateless(sql) {
@@ -166,6 +195,11 @@ pub fn classify(sql: &str) -> Effects {
                 .push(SetChange::Set(name.to_string(), stmt.trim().to_string())),
             ["reset", "all", ..] => fx.sets.push(SetChange::ResetAll),
             ["reset", name, ..] => fx.sets.push(SetChange::Reset(name.to_string())),
+            ["discard", "all", ..] => {
+                // DISCARD ALL is RESET ALL too (and drops the statements: see the relay).
+                fx.pins = true;
+                fx.sets.push(SetChange::ResetAll);
+            }
             ["prepare" | "deallocate" | "listen" | "load" | "discard", ..] => fx.pins = true,
             ["create", "temp" | "temporary", ..]
             | ["create", "global" | "local", "temp" | "temporary", ..]
@@ -184,6 +218,20 @@ pub fn classify(sql: &str) -> Effects {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deallocate_of_one_statement() {
+        assert_eq!(deallocated("DEALLOCATE s1"), Some("s1".into()));
+        assert_eq!(deallocated(" deallocate prepare S1 ;"), Some("s1".into()));
+        assert_eq!(deallocated("DEALLOCATE \"Mixed\""), Some("Mixed".into()));
+        assert_eq!(deallocated("DEALLOCATE \"all\""), Some("all".into()));
+        assert_eq!(deallocated("DEALLOCATE ALL"), None);
+        assert_eq!(deallocated("DEALLOCATE PREPARE ALL"), None);
+        assert_eq!(deallocated("DEALLOCATE a; select 1"), None);
+        assert_eq!(deallocated("DEALLOCATE a + 1"), None);
+        assert_eq!(deallocated("DEALLOCATE a b"), None);
+        assert_eq!(deallocated("select 1"), None);
+    }
 
     #[test]
     fn sets_and_pins() {

@@ -29,7 +29,7 @@ use protocol::wire::{put_cstr, split_frame};
 use protocol::{PgError, Severity, SqlState};
 use shards::engine::{no_statement, CancelToken, SessionStart};
 
-use super::classify::{classify, SetChange};
+use super::classify::{classify, deallocated, SetChange};
 use super::pool::{ServerConn, ShardUpstream, StatementKey};
 
 /// Replies piled up past this are written to the client mid-batch (a large result streams).
@@ -101,6 +101,8 @@ enum Local {
     ParseComplete,
     CloseComplete,
     Error(PgError),
+    /// A Query answered here: CommandComplete with this tag, then ReadyForQuery.
+    Command(&'static str),
 }
 
 /// One client's relay state (the engine's per-connection session).
@@ -439,6 +441,20 @@ impl Session {
         };
         match msg {
             FrontendMessage::Query { sql } => {
+                if let Some(name) = deallocated(sql)
+                    .filter(|n| self.tx != b'E' && self.statements.contains_key(n.as_str()))
+                {
+                    // SQL DEALLOCATE of a protocol-level statement: the server knows it only
+                    // under ringwire's shared name, which stays for the shard's other clients.
+                    self.statements.remove(name.as_str());
+                    self.statements.remove("");
+                    if let Some(s) = self.server.as_mut() {
+                        s.unnamed = None;
+                    }
+                    self.push_local(Local::Command("DEALLOCATE"));
+                    self.must_answer = self.expect.len();
+                    return Ok(());
+                }
                 let sets = self.note_effects(sql);
                 self.statements.remove("");
                 if let Some(s) = self.server.as_mut() {
@@ -681,6 +697,15 @@ impl Session {
                         match local {
                             Local::ParseComplete => backend::write_parse_complete(out),
                             Local::CloseComplete => backend::write_close_complete(out),
+                            Local::Command(tag) => {
+                                backend::write_command_complete(out, tag);
+                                let status = match self.tx {
+                                    b'T' => backend::TransactionStatus::InBlock,
+                                    b'E' => backend::TransactionStatus::Failed,
+                                    _ => backend::TransactionStatus::Idle,
+                                };
+                                backend::write_ready_for_query(out, status);
+                            }
                             Local::Error(e) => {
                                 backend::write_error(out, &e);
                                 self.tx_rolled_back = true;
@@ -838,6 +863,15 @@ impl Session {
             out.extend_from_slice(raw);
         }
         let status = raw.get(5).copied().unwrap_or(b'I');
+        if tag == b'C' && matches!(raw.get(5..), Some(b"DISCARD ALL\0" | b"DEALLOCATE ALL\0")) {
+            // The server dropped every prepared statement of this connection: the client's
+            // (whatever their names upstream) and those other clients left for reuse.
+            self.statements.clear();
+            if let Some(server) = self.server.as_mut() {
+                server.prepared.clear();
+                server.unnamed = None;
+            }
+        }
         if !terminal {
             return false;
         }
