@@ -5,7 +5,9 @@
 //! - [`client`]: ringwire as a PostgreSQL client: startup and authentication, the reply buffer.
 //! - `pool`: the shard's upstream connections and the shard's prepared-statement names.
 //! - `classify`: what a statement does to session state (SET tracking, what pins a session).
-//! - `session`: one client's relay: message rewriting, replies in order, transaction pooling.
+//! - `session`: one client's relay: message rewriting, replies in order, transaction pooling,
+//!   routing reads to replicas and learning each commit's WAL position.
+//! - `replica`: what a shard knows about each replica (replay LSN, rotation) and its poller.
 //!
 //! See docs/ARCHITECTURE.md, "Upstream mode", for why this is a relay and not an `Engine`
 //! that answers message by message.
@@ -13,9 +15,11 @@
 mod classify;
 pub mod client;
 mod pool;
+mod replica;
 mod session;
 
 use std::rc::Rc;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bumpalo::Bump;
@@ -25,6 +29,7 @@ use protocol::PgError;
 use shards::connect::Address;
 use shards::engine::{CancelToken, Cx, Engine, Execution, SessionStart};
 
+pub use client::parse_lsn;
 pub use session::Session;
 
 /// Where the upstream server is and how ringwire logs in to it.
@@ -38,12 +43,24 @@ pub struct UpstreamConfig {
     pub pool_size_per_shard: usize,
 }
 
+/// The upstream hosts, and the oracle's applied timestamp they share.
+pub struct Upstreams {
+    pub primary: Arc<UpstreamConfig>,
+    /// `--replica`s: hot standbys streaming from the primary.
+    pub replicas: Vec<Arc<UpstreamConfig>>,
+    /// The primary's WAL position at (or after) the end of the last commit acknowledged to
+    /// any client, by any shard: one `fetch_max` per commit, one load per routed read. Starts
+    /// at the primary's insert position when ringwire starts, so commits made before are
+    /// covered too.
+    pub applied: Arc<AtomicU64>,
+}
+
 impl UpstreamConfig {
     /// `postgres[ql]://USER[:PASSWORD]@HOST[:PORT][/DATABASE][?host=/socket/dir]`. With
     /// `host=DIR` (or a HOST that is a percent-encoded path) the server is reached on its Unix
     /// socket `DIR/.s.PGSQL.PORT`. User, password and database may be percent-encoded.
     pub fn parse_url(url: &str, pool_size_per_shard: usize) -> Result<UpstreamConfig, String> {
-        let bad = |why: &str| format!("--upstream {url:?}: {why}");
+        let bad = |why: &str| format!("{url:?}: {why}");
         let rest = url
             .strip_prefix("postgres://")
             .or_else(|| url.strip_prefix("postgresql://"))
@@ -134,9 +151,9 @@ pub struct Upstream {
 impl Upstream {
     /// Built on the shard's thread. `parameters` are what the upstream server reported at
     /// startup (probed once by `main`), shown to clients as their startup ParameterStatus.
-    pub fn new(config: Arc<UpstreamConfig>, parameters: Arc<Vec<(String, String)>>) -> Upstream {
+    pub fn new(upstreams: &Upstreams, parameters: Arc<Vec<(String, String)>>) -> Upstream {
         Upstream {
-            shard: Rc::new(pool::ShardUpstream::new(config, parameters)),
+            shard: Rc::new(pool::ShardUpstream::new(upstreams, parameters)),
         }
     }
 }
