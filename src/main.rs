@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
-use ringwire::upstream::{Upstream, UpstreamConfig, Upstreams};
+use ringwire::upstream::{Upstream, UpstreamConfig, Upstreams, WalGeometry};
 use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
     parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
@@ -276,14 +276,22 @@ fn upstream_config(
     }
     let config =
         UpstreamConfig::parse_url(url, pool_size).map_err(|e| format!("--upstream {e}"))?;
-    let (handshake, lsn) = ringwire::upstream::client::probe(
+    let (handshake, position) = ringwire::upstream::client::probe(
         &config,
-        (!replicas.is_empty()).then_some("SELECT pg_current_wal_insert_lsn()"),
+        (!replicas.is_empty()).then_some(ringwire::upstream::WAL_POSITION_QUERY),
     )?;
-    let applied = lsn
-        .as_deref()
-        .and_then(ringwire::upstream::parse_lsn)
-        .unwrap_or(0);
+    let (applied, wal) = match position {
+        None => (0, WalGeometry::default()),
+        Some(text) => {
+            let (insert, wal) = WalGeometry::parse_insert_position(&text).ok_or_else(|| {
+                format!(
+                    "--upstream {}: cannot read its WAL position from {text:?}",
+                    config.address
+                )
+            })?;
+            (wal.end_of_wal(insert), wal)
+        }
+    };
     let mut replica_configs = Vec::new();
     for url in replicas {
         let replica =
@@ -307,6 +315,7 @@ fn upstream_config(
         primary: Arc::new(config),
         replicas: replica_configs,
         applied: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
+        wal,
     };
     Ok((upstreams, Arc::new(handshake.parameters)))
 }

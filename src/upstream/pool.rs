@@ -51,6 +51,7 @@ pub struct ShardUpstream {
     /// The oracle's applied timestamp: the primary's WAL position at (or after) the end of
     /// every commit acknowledged to a client so far, by any shard. See `session.rs`.
     pub applied: Arc<AtomicU64>,
+    pub wal: super::WalGeometry,
     /// Rung whenever a replica's replay LSN or rotation state changes.
     replica_progress: Rc<Notify>,
     /// Round-robin position over the replicas.
@@ -138,6 +139,7 @@ impl ShardUpstream {
                 .map(|(i, c)| Rc::new(Replica::new(Pool::new(c.clone(), Host::Replica(i)))))
                 .collect(),
             applied: upstreams.applied.clone(),
+            wal: upstreams.wal,
             replica_progress: Rc::new(Notify::default()),
             replica_turn: Cell::new(0),
             statements: RefCell::new(HashMap::new()),
@@ -158,9 +160,11 @@ impl ShardUpstream {
         self.applied.load(Ordering::SeqCst)
     }
 
-    /// A commit ending at or before `lsn` is about to be acknowledged.
-    pub fn raise_applied(&self, lsn: u64) {
-        self.applied.fetch_max(lsn, Ordering::SeqCst);
+    /// A commit is about to be acknowledged and the primary's insert position after it is
+    /// `insert`: every read that starts from now on must see it.
+    pub fn raise_applied(&self, insert: u64) {
+        self.applied
+            .fetch_max(self.wal.end_of_wal(insert), Ordering::SeqCst);
     }
 
     /// A replica to serve a read whose timestamp is `lsn`, or `None` for the primary.

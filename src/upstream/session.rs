@@ -55,6 +55,9 @@ use super::pool::{Host, ServerConn, ShardUpstream, StatementKey};
 /// insert position is always reached by the replica; it may be a little past the commit (other
 /// sessions' WAL, or a page header when the last record ended on a page boundary), which only
 /// makes a read wait for the next WAL record or go to the primary — never stale.
+///
+/// (A position right after a page header is read as the page start: see
+/// [`super::WalGeometry::end_of_wal`].)
 const LSN_QUERY: &str = "SELECT pg_current_wal_insert_lsn()";
 
 /// Reads at `serializable` (not strict) with no `ringwire.max_replica_lag_ms` may miss the

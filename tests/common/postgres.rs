@@ -136,7 +136,14 @@ impl Postgres {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let target = primary.query_value("select pg_current_wal_insert_lsn()");
+        // The end of the primary's WAL: its insert position, or the page start when that is
+        // just past a page header (always so after the backup's segment switch; the standby's
+        // replay position stays at the page start until the next record is written).
+        let target = primary.query_value(
+            "select case when (l - '0/0') % 16777216 = 40 or (l - '0/0') % 8192 = 24 \
+             then l - ((l - '0/0') % 8192) else l end \
+             from (select pg_current_wal_insert_lsn() as l) as x",
+        );
         let standby = Postgres::run(bin, dir);
         let deadline = Instant::now() + STARTUP_WAIT_MAX;
         loop {
