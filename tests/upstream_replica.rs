@@ -209,7 +209,7 @@ async fn a_replica_killed_mid_run_costs_no_client_errors_and_comes_back() {
             let mut n = 0u64;
             while !done.load(Ordering::Relaxed) {
                 // Both protocols; any error fails the test.
-                let replica = if n % 2 == 0 {
+                let replica = if n.is_multiple_of(2) {
                     read(&client).await.1
                 } else {
                     let r = client.query_one(&prepared, &[&1i32]).await.unwrap();
@@ -323,4 +323,45 @@ async fn a_lagging_replica_serves_only_reads_that_accept_staleness() {
     standby.query_value("select pg_wal_replay_resume()");
     until_replica_serves(&strict).await;
     assert_eq!(read(&strict).await.0, 7);
+}
+
+/// Transactions the standby has run (its own read-only ones: the replica reads).
+fn standby_transactions(standby: &Postgres) -> i64 {
+    standby
+        .query_value(
+            "select xact_commit + xact_rollback from pg_stat_database where datname = 'postgres'",
+        )
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_with_a_replica_in_every_protocol_mode() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "2");
+    // -i loads with COPY FROM STDIN: nothing may be pipelined behind a COPY.
+    common::pgbench::run(rw.port, &["-i", "-s", "1", "-q"]);
+    for mode in ["simple", "extended", "prepared"] {
+        let before = standby_transactions(&standby);
+        let report = common::pgbench::run(
+            rw.port,
+            &["-M", mode, "-S", "-c", "8", "-j", "2", "-T", "2"],
+        );
+        let (done, failed) = common::pgbench::processed_and_failed(&report);
+        assert!(done > 0 && failed == 0, "{mode}: {report}");
+        // pg_stat_database is reported every 500 ms or so; a couple of pgbench
+        // transactions are not enough to tell, thousands are.
+        std::thread::sleep(Duration::from_millis(800));
+        let served = standby_transactions(&standby) - before;
+        eprintln!("{mode}: the standby ran {served} of {done} read-only transactions");
+        assert!(
+            served as u64 * 2 >= done,
+            "{mode}: the standby ran {served} of {done} read-only transactions"
+        );
+        // tpcb-like: writes in explicit transactions, all on the primary.
+        let report = common::pgbench::run(rw.port, &["-M", mode, "-c", "4", "-j", "4", "-t", "50"]);
+        let (done, failed) = common::pgbench::processed_and_failed(&report);
+        assert_eq!((done, failed), (200, 0), "{mode}: {report}");
+    }
 }

@@ -96,7 +96,7 @@ impl WalGeometry {
     pub fn end_of_wal(&self, insert: u64) -> u64 {
         let in_page = insert % self.page_bytes;
         let page_start = insert - in_page;
-        let header = if page_start % self.segment_bytes == 0 {
+        let header = if page_start.is_multiple_of(self.segment_bytes) {
             Self::LONG_HEADER
         } else {
             Self::SHORT_HEADER

@@ -629,7 +629,11 @@ impl Session {
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Nothing);
                 self.must_answer = self.expect.len();
-                self.wrote = true;
+                self.note_route(Route {
+                    read_only: false,
+                    writes: true,
+                    tx: TxControl::None,
+                });
                 self.queue_lsn_if_committed();
             }
             FrontendMessage::Parse {
@@ -778,7 +782,8 @@ impl Session {
     /// A statement is about to run: note whether it may write and what it does to the
     /// transaction block.
     fn note_route(&mut self, r: Route) {
-        self.wrote |= r.writes;
+        // Without replicas nobody reads the applied LSN: commits are not tracked.
+        self.wrote |= r.writes && !self.shard.replicas.is_empty();
         match r.tx {
             TxControl::None => {}
             TxControl::Begin => self.predicted_open = true,
