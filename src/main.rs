@@ -266,6 +266,7 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
 /// startup) and its WAL insert position (the oracle's first applied timestamp). A replica that
 /// does not answer yet is only a warning (it joins the rotation when it does); one that
 /// answers and is not a standby is an error.
+#[allow(clippy::type_complexity)]
 fn upstream_config(
     url: &str,
     replicas: &[String],
