@@ -435,6 +435,9 @@ impl Session {
             || self.skip_until_sync
             || !self.expect.is_empty()
             || !self.pending_sets.is_empty()
+            // A commit whose position is not known yet (see `commit_unrecorded`): this batch
+            // goes to the primary, which learns it at its end.
+            || self.wrote
             || !self.batch_reads_only(frames)
         {
             return None;
@@ -622,8 +625,10 @@ impl Session {
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Query(sets));
                 self.must_answer = self.expect.len();
-                self.note_route(route(sql));
-                self.queue_lsn_if_committed();
+                if !self.shard.replicas.is_empty() {
+                    self.note_route(route(sql));
+                    self.queue_lsn_if_committed();
+                }
             }
             FrontendMessage::FunctionCall => {
                 self.to_send.extend_from_slice(raw);
@@ -665,7 +670,11 @@ impl Session {
                     sql: sql.into(),
                     param_types: types,
                     upstream,
-                    route: route(sql),
+                    route: if self.shard.replicas.is_empty() {
+                        Route::PRIMARY_ONLY
+                    } else {
+                        route(sql)
+                    },
                 });
                 self.statements.insert(name.into(), stmt.clone());
                 let server = self.server.as_mut().expect("held while translating");
@@ -797,13 +806,13 @@ impl Session {
     /// behind it. If the prediction is not sure, the ReadyForQuery tells
     /// (`commit_unrecorded`) and the position is asked then, one round trip later.
     fn queue_lsn_if_committed(&mut self) {
-        if !self.wrote || self.predicted_open || !self.prediction_sure {
+        if !self.wrote
+            || self.predicted_open
+            || !self.prediction_sure
+            || self.replica_read.is_some()
+        {
             return;
         }
-        debug_assert!(
-            self.replica_read.is_none(),
-            "a replica batch is read-only, so it cannot have written"
-        );
         frontend::encode_query(&mut self.to_send, LSN_QUERY);
         self.push(Kind::Query, false, Done::Lsn);
         self.must_answer = self.expect.len();
@@ -916,9 +925,12 @@ impl Session {
             if out.len() >= CLIENT_FLUSH_BYTES
                 && self.lsn_outstanding == 0
                 && !self.commit_unrecorded
+                && self.retry_on_primary.is_none()
             {
-                // (Not while a commit's WAL position is outstanding: its ReadyForQuery may be
-                // in `out`, and the client must not see it before the oracle moved.)
+                // Not while a commit's WAL position is outstanding (its ReadyForQuery may be
+                // in `out`, and the client must not see it before the oracle moved), nor once
+                // a replica read is to be run again on the primary (its replies so far are
+                // dropped).
                 let _ = client.write_all(out).await;
                 out.clear();
                 self.flushed_mid_batch = true;
