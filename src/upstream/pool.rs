@@ -170,8 +170,8 @@ impl ShardUpstream {
     /// A replica to serve a read whose timestamp is `lsn`, or `None` for the primary.
     ///
     /// Strict (`stale` is `None`): a replica in rotation whose known replay LSN is at least
-    /// `lsn` — proven from state, no round trip. If none is, and one was caught up recently
-    /// ([`replica::BEHIND_AFTER`]), the read waits for the pollers (hurried) at most
+    /// `lsn` — proven from state, no round trip. If none is, and one is replaying (its position
+    /// moved within [`replica::STUCK_AFTER`]), the read waits for the pollers (hurried) at most
     /// [`replica::WAIT_MAX`]; else the primary. Bounded-stale (`Some(bound)`): also a
     /// replica that had everything acknowledged `bound` ago; no waiting.
     pub async fn replica_for(&self, lsn: u64, stale: Option<Duration>) -> Option<usize> {

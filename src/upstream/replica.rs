@@ -13,6 +13,7 @@
 //! path).
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -43,19 +44,25 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest a strict read waits for a replica to catch up before it goes to the primary.
 pub const WAIT_MAX: Duration = Duration::from_millis(20);
-/// A read waits for a replica only if it was caught up this recently; one that has been
-/// behind longer (replay paused, a long query conflict) is out of rotation for strict reads
-/// until it catches up, and reads go to the primary without waiting.
-pub const BEHIND_AFTER: Duration = Duration::from_millis(500);
+/// A read waits for a replica only if its replay advanced (or was caught up) this recently;
+/// one stuck longer (replay paused, a long query conflict) is out of rotation for strict
+/// reads until it moves again, and reads go to the primary without waiting.
+pub const STUCK_AFTER: Duration = Duration::from_millis(500);
+/// Applied LSNs remembered with the instant each poll started, to date a replay position.
+const SAMPLES_MAX: usize = 32;
 
 /// A shard's view of one replica.
 pub struct Replica {
     pub pool: Pool,
     /// Highest `pg_last_wal_replay_lsn()` seen.
     replay_lsn: Cell<u64>,
-    /// Start of the last poll that found the replica caught up with the applied LSN read
-    /// just before it: everything acknowledged before this instant is on the replica.
+    /// Everything acknowledged before this instant is on the replica: the start of the
+    /// latest poll whose applied LSN (read as it started) the replica has since replayed.
     fresh_as_of: Cell<Option<Instant>>,
+    /// (start of a poll, applied LSN then), oldest first, for `fresh_as_of`.
+    samples: RefCell<VecDeque<(Instant, u64)>>,
+    /// The last poll that saw the replay position move or caught up.
+    progressed_at: Cell<Option<Instant>>,
     /// In rotation: the last poll succeeded and no read has failed on it since.
     up: Cell<bool>,
     poller_started: Cell<bool>,
@@ -71,6 +78,8 @@ impl Replica {
             pool,
             replay_lsn: Cell::new(0),
             fresh_as_of: Cell::new(None),
+            samples: RefCell::new(VecDeque::with_capacity(SAMPLES_MAX)),
+            progressed_at: Cell::new(None),
             up: Cell::new(false),
             poller_started: Cell::new(false),
             hurry: Notify::default(),
@@ -93,13 +102,34 @@ impl Replica {
                     .is_some_and(|t| now.saturating_duration_since(t) <= bound)
     }
 
-    /// Worth waiting for: in rotation and caught up recently.
+    /// Worth waiting for: in rotation and replaying (not stuck).
     pub fn worth_waiting(&self, now: Instant) -> bool {
         self.up.get()
             && self
-                .fresh_as_of
+                .progressed_at
                 .get()
-                .is_some_and(|t| now.saturating_duration_since(t) <= BEHIND_AFTER)
+                .is_some_and(|t| now.saturating_duration_since(t) <= STUCK_AFTER)
+    }
+
+    /// A poll that started at `started`, when the applied LSN was `need`, found the replay
+    /// position at `lsn`.
+    fn polled(&self, started: Instant, need: u64, lsn: u64) {
+        let previous = self.replay_lsn.get();
+        let lsn = lsn.max(previous);
+        self.replay_lsn.set(lsn);
+        if lsn > previous || lsn >= need {
+            self.progressed_at.set(Some(started));
+        }
+        let mut samples = self.samples.borrow_mut();
+        if samples.len() == SAMPLES_MAX {
+            samples.pop_front();
+        }
+        samples.push_back((started, need));
+        // The newest poll start whose applied LSN is replayed dates the replica.
+        if let Some(i) = samples.iter().rposition(|&(_, applied)| applied <= lsn) {
+            self.fresh_as_of.set(Some(samples[i].0));
+            samples.drain(..i);
+        }
     }
 
     /// A read failed on it: out of rotation until the poller finds it answering again.
@@ -167,11 +197,7 @@ impl Replica {
             match polled.map(|v| v.as_deref().and_then(parse_lsn)) {
                 Ok(Some(lsn)) => {
                     backoff = BACKOFF_MIN;
-                    let lsn = lsn.max(self.replay_lsn.get());
-                    self.replay_lsn.set(lsn);
-                    if lsn >= need {
-                        self.fresh_as_of.set(Some(started));
-                    }
+                    self.polled(started, need, lsn);
                     if !self.up.replace(true) {
                         log::info!("replica {} in rotation", config.address);
                     }
