@@ -1387,3 +1387,61 @@ fn error_field(body: &[u8], code: u8) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(name: &str, stmt: &str) -> (String, String) {
+        (name.to_string(), stmt.to_string())
+    }
+
+    #[test]
+    fn replica_read_rules_from_settings() {
+        assert_eq!(read_rules(&[], &[]), (None, false));
+        let lag = set(
+            "ringwire.max_replica_lag_ms",
+            "SET ringwire.max_replica_lag_ms = 250",
+        );
+        assert_eq!(
+            read_rules(&[], &[lag.clone()]),
+            (Some(Duration::from_millis(250)), false)
+        );
+        let quoted = set(
+            "ringwire.max_replica_lag_ms",
+            "set session ringwire.max_replica_lag_ms to '40';",
+        );
+        assert_eq!(
+            read_rules(&[], &[quoted]).0,
+            Some(Duration::from_millis(40))
+        );
+        let serializable = set(
+            "default_transaction_isolation",
+            "SET default_transaction_isolation TO 'serializable'",
+        );
+        assert_eq!(
+            read_rules(&[serializable.clone()], &[]),
+            (Some(SERIALIZABLE_STALENESS_MAX), true)
+        );
+        // An explicit bound wins over serializable's default; 0 or garbage is strict.
+        assert_eq!(
+            read_rules(&[serializable.clone()], &[lag]).0,
+            Some(Duration::from_millis(250))
+        );
+        let zero = set(
+            "ringwire.max_replica_lag_ms",
+            "SET ringwire.max_replica_lag_ms = 0",
+        );
+        assert_eq!(read_rules(&[], &[zero]), (None, false));
+        let garbage = set(
+            "ringwire.max_replica_lag_ms",
+            "SET ringwire.max_replica_lag_ms = 'soon'",
+        );
+        assert_eq!(read_rules(&[], &[garbage]), (None, false));
+        let rr = set(
+            "default_transaction_isolation",
+            "set default_transaction_isolation = 'repeatable read'",
+        );
+        assert_eq!(read_rules(&[serializable], &[rr]), (None, false));
+    }
+}
