@@ -1404,7 +1404,7 @@ mod tests {
             "SET ringwire.max_replica_lag_ms = 250",
         );
         assert_eq!(
-            read_rules(&[], &[lag.clone()]),
+            read_rules(&[], std::slice::from_ref(&lag)),
             (Some(Duration::from_millis(250)), false)
         );
         let quoted = set(
@@ -1420,12 +1420,12 @@ mod tests {
             "SET default_transaction_isolation TO 'serializable'",
         );
         assert_eq!(
-            read_rules(&[serializable.clone()], &[]),
+            read_rules(std::slice::from_ref(&serializable), &[]),
             (Some(SERIALIZABLE_STALENESS_MAX), true)
         );
         // An explicit bound wins over serializable's default; 0 or garbage is strict.
         assert_eq!(
-            read_rules(&[serializable.clone()], &[lag]).0,
+            read_rules(std::slice::from_ref(&serializable), &[lag]).0,
             Some(Duration::from_millis(250))
         );
         let zero = set(
