@@ -355,6 +355,21 @@ impl Session {
         client: &mut (dyn AsyncWrite + Unpin),
     ) -> Result<(), PgError> {
         let mut replica = None;
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.host != Host::Primary)
+        {
+            // A replica connection is never kept past a batch (replica batches are read-only
+            // autocommit work ending in Sync/Query); if one were, this batch must not run on it
+            // unchecked.
+            debug_assert!(false, "a replica connection was held past its batch");
+            if self.expect.is_empty() && self.tx == b'I' && !self.pinned {
+                if let Some(server) = self.server.take() {
+                    self.shard.release(server);
+                }
+            }
+        }
         if self.server.is_none() {
             replica = self.pick_replica(frames).await;
             if let Some(i) = replica {
