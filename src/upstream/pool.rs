@@ -176,7 +176,7 @@ impl ShardUpstream {
     /// replica that had everything acknowledged `bound` ago; no waiting.
     pub async fn replica_for(&self, lsn: u64, stale: Option<Duration>) -> Option<usize> {
         for r in &self.replicas {
-            r.start_poller(self.applied.clone(), self.replica_progress.clone());
+            r.start_poller(&self.applied, &self.replica_progress);
         }
         let now = Instant::now();
         let ok = |r: &Replica| match stale {

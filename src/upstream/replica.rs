@@ -146,10 +146,14 @@ impl Replica {
     }
 
     /// Start this shard's poller for the replica, once.
-    pub fn start_poller(self: &Rc<Self>, applied: Arc<AtomicU64>, progress: Rc<Notify>) {
+    ///
+    /// Takes references so the per-read call costs one `Cell` read: cloning the shared `Arc`
+    /// per read would bounce its count between cores.
+    pub fn start_poller(self: &Rc<Self>, applied: &Arc<AtomicU64>, progress: &Rc<Notify>) {
         if self.poller_started.replace(true) {
             return;
         }
+        let (applied, progress) = (applied.clone(), progress.clone());
         let me = self.clone();
         glommio::spawn_local(async move { me.poll_forever(&applied, &progress).await }).detach();
     }
