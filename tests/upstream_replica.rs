@@ -384,3 +384,42 @@ async fn pgbench_with_a_replica_in_every_protocol_mode() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_text_scan_lets_through_is_retried_on_the_primary_and_recorded() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "1");
+    let writer = setup(&rw).await;
+    // lower(int) is not PostgreSQL's lower(text): this one writes. The scan trusts the name
+    // `lower`, so the statement goes to the standby, which refuses it with 25006; nothing of
+    // it reached the client yet, so it runs again on the primary.
+    writer
+        .batch_execute(
+            "create function lower(x int) returns int language sql \
+             as $$ update kv set v = v + 1 where k = 1 returning x $$",
+        )
+        .await
+        .unwrap();
+    let reader = connect(&rw).await;
+    until_replica_serves(&reader).await;
+    until_replica_serves(&writer).await;
+    // With replay paused, a read the applied LSN does not forbid the standby gets its
+    // (stale) data: so the retried write must have raised it.
+    standby.query_value("select pg_wal_replay_pause()");
+    for i in 1..=5i64 {
+        assert_eq!(row(&writer, "select lower(5)").await, ["5"]);
+        assert_eq!(
+            read(&reader).await,
+            (i, false),
+            "stale read after write {i}"
+        );
+    }
+    standby.query_value("select pg_wal_replay_resume()");
+    until_replica_serves(&reader).await;
+    // The extended protocol too (the statement is prepared on both hosts).
+    let stmt = writer.prepare("select lower($1::int)").await.unwrap();
+    let r: i32 = writer.query_one(&stmt, &[&7i32]).await.unwrap().get(0);
+    assert_eq!(r, 7);
+    assert_eq!(read(&reader).await.0, 6);
+}

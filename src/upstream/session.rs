@@ -420,6 +420,9 @@ impl Session {
             self.expect.clear();
             self.must_answer = 0;
             self.replica_read = None;
+            // The standby refused a write the text scan let through (e.g. a user function
+            // named like a built-in): on the primary it commits, so learn its position.
+            self.wrote = !self.shard.replicas.is_empty();
             match self.shard.acquire(Host::Primary, self.settings).await {
                 Ok(server) => self.server = Some(server),
                 Err(why) => {
@@ -640,7 +643,8 @@ impl Session {
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Query(sets));
                 self.must_answer = self.expect.len();
-                if !self.shard.replicas.is_empty() {
+                // (A replica batch is read-only: nothing to note.)
+                if !self.shard.replicas.is_empty() && self.replica_read.is_none() {
                     self.note_route(route(sql));
                     self.queue_lsn_if_committed();
                 }
