@@ -267,6 +267,16 @@ async fn a_replica_killed_mid_run_costs_no_client_errors_and_comes_back() {
     drop(standby);
 }
 
+/// Wait until a strict read on `client` gets `v` from the standby, then pause its replay.
+async fn paused_after_catching_up(standby: &Postgres, client: &Client, v: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while read(client).await != (v, true) {
+        assert!(Instant::now() < deadline, "the standby never served {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    standby.query_value("select pg_wal_replay_pause()");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_replica_serves_only_reads_that_accept_staleness() {
     let primary = Postgres::start();
@@ -284,45 +294,69 @@ async fn a_lagging_replica_serves_only_reads_that_accept_staleness() {
     // replica connection runs it at repeatable read).
     until_replica_serves(&serializable).await;
 
-    standby.query_value("select pg_wal_replay_pause()");
+    // Each write below is the first after the standby paused replay, having replayed
+    // everything before: a read the applied LSN does not forbid the standby would see the
+    // old value there. So each checks that its commit's position was recorded.
+    //
+    // A transaction in one Query: whether it committed is only known from its ReadyForQuery,
+    // so the position is asked after it arrives, before it is released.
+    paused_after_catching_up(&standby, &strict, 0).await;
     writer
-        .simple_query("update kv set v = 7 where k = 1")
+        .batch_execute("begin; update kv set v = 7 where k = 1; commit")
+        .await
+        .unwrap();
+    assert_eq!(read(&strict).await, (7, false));
+    // Over the extended protocol, COMMIT on its own: the position is pipelined behind it.
+    standby.query_value("select pg_wal_replay_resume()");
+    paused_after_catching_up(&standby, &strict, 7).await;
+    let mut writer = writer;
+    let tx = writer.transaction().await.unwrap();
+    tx.execute("update kv set v = $1 where k = 1", &[&8i64])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(read(&strict).await, (8, false));
+    // An autocommit statement: pipelined behind it.
+    standby.query_value("select pg_wal_replay_resume()");
+    paused_after_catching_up(&standby, &strict, 8).await;
+    writer
+        .simple_query("update kv set v = 9 where k = 1")
         .await
         .unwrap();
     // Strict: never the old value, so the primary (after at most a short wait).
     for _ in 0..20 {
-        assert_eq!(read(&strict).await, (7, false));
+        assert_eq!(read(&strict).await, (9, false));
     }
     // A bound the replica's lag is within: the stale value from the replica is allowed.
     bounded
         .batch_execute("SET ringwire.max_replica_lag_ms = 600000")
         .await
         .unwrap();
-    assert_eq!(read(&bounded).await, (0, true));
+    assert_eq!(read(&bounded).await, (8, true));
     // serializable alone allows 1 s; the pause is older than that by now.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(read(&serializable).await, (7, false));
+    assert_eq!(read(&serializable).await, (9, false));
     serializable
         .batch_execute("set ringwire.max_replica_lag_ms to '600000'")
         .await
         .unwrap();
-    assert_eq!(read(&serializable).await, (0, true));
+    assert_eq!(read(&serializable).await, (8, true));
     // A rolled-back bound is never in effect.
     strict
         .batch_execute("begin; set ringwire.max_replica_lag_ms = 600000; rollback")
         .await
         .unwrap();
-    assert_eq!(read(&strict).await, (7, false));
+    assert_eq!(read(&strict).await, (9, false));
     // RESET returns the session to strict reads.
     bounded
         .batch_execute("reset ringwire.max_replica_lag_ms")
         .await
         .unwrap();
-    assert_eq!(read(&bounded).await, (7, false));
+    assert_eq!(read(&bounded).await, (9, false));
 
     standby.query_value("select pg_wal_replay_resume()");
     until_replica_serves(&strict).await;
-    assert_eq!(read(&strict).await.0, 7);
+    assert_eq!(read(&strict).await.0, 9);
 }
 
 /// Index scans of pgbench_accounts the standby has run: pgbench -S's selects served there

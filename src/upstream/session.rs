@@ -938,6 +938,28 @@ impl Session {
                     _ => break,
                 }
             }
+            if self.commit_unrecorded && self.lsn_outstanding > 0 {
+                // A WAL position queued later covers the earlier commit too.
+                self.commit_unrecorded = false;
+            }
+            // Before returning: the commit's ReadyForQuery is in `out`, and the replies are
+            // released when this returns.
+            if self.commit_unrecorded && self.expect.is_empty() {
+                self.commit_unrecorded = false;
+                self.wrote = false;
+                let mut q = Vec::with_capacity(LSN_QUERY.len() + 6);
+                frontend::encode_query(&mut q, LSN_QUERY);
+                let Some(server) = self.server.as_mut() else {
+                    return; // lost with it: the client gets 08006, not an acknowledgement
+                };
+                if let Err(e) = server.stream.write_all(&q).await {
+                    self.upstream_lost(out, &e.to_string());
+                    return;
+                }
+                self.push(Kind::Query, false, Done::Lsn);
+                self.must_answer = self.expect.len();
+                self.lsn_outstanding += 1;
+            }
             if self.must_answer == 0 {
                 return;
             }
@@ -953,24 +975,6 @@ impl Session {
                 let _ = client.write_all(out).await;
                 out.clear();
                 self.flushed_mid_batch = true;
-            }
-            if self.commit_unrecorded && self.lsn_outstanding > 0 {
-                // A WAL position queued later covers the earlier commit too.
-                self.commit_unrecorded = false;
-            }
-            if self.commit_unrecorded && self.expect.is_empty() {
-                self.commit_unrecorded = false;
-                self.wrote = false;
-                let mut q = Vec::with_capacity(LSN_QUERY.len() + 6);
-                frontend::encode_query(&mut q, LSN_QUERY);
-                let server = self.server.as_mut().expect("replies outstanding");
-                if let Err(e) = server.stream.write_all(&q).await {
-                    self.upstream_lost(out, &e.to_string());
-                    return;
-                }
-                self.push(Kind::Query, false, Done::Lsn);
-                self.must_answer = self.expect.len();
-                self.lsn_outstanding += 1;
             }
             let server = self.server.as_mut().expect("replies outstanding");
             let frame = match server.buf.frame() {
