@@ -242,14 +242,7 @@ impl ShardUpstream {
     }
 
     pub async fn acquire(&self, host: Host, settings: u64) -> Result<ServerConn, String> {
-        match host {
-            Host::Primary => self.primary.acquire(settings).await,
-            // A replica that does not even accept a connection in time is out of rotation.
-            Host::Replica(_) => {
-                replica::with_timeout(replica::CONNECT_TIMEOUT, self.pool(host).acquire(settings))
-                    .await
-            }
-        }
+        self.pool(host).acquire(settings).await
     }
 
     /// Take back a clean connection (ReadyForQuery `I`, nothing outstanding).
@@ -306,11 +299,23 @@ impl Pool {
     }
 
     async fn open(&self, slot: Slot) -> Result<ServerConn, String> {
-        let mut stream = connect(&self.config.address)
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", self.config.address))?;
-        let mut buf = ReplyBuf::default();
-        let hs = startup(&mut stream, &mut buf, &self.config).await?;
+        let opening = async {
+            let mut stream = connect(&self.config.address)
+                .await
+                .map_err(|e| format!("cannot connect to {}: {e}", self.config.address))?;
+            let mut buf = ReplyBuf::default();
+            let hs = startup(&mut stream, &mut buf, &self.config).await?;
+            Ok((stream, buf, hs))
+        };
+        let (stream, buf, hs) = match self.host {
+            Host::Primary => opening.await?,
+            // A replica that does not accept a connection in time is out of rotation (the
+            // caller takes it out). Only opening is timed: waiting for a busy pool's
+            // connection is not the replica's failure.
+            Host::Replica(_) => {
+                replica::with_timeout("connecting", replica::CONNECT_TIMEOUT, opening).await?
+            }
+        };
         Ok(ServerConn {
             stream,
             buf,

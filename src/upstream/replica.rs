@@ -174,7 +174,7 @@ impl Replica {
         let mut conn = None;
         loop {
             if conn.is_none() {
-                let opened = with_timeout(CONNECT_TIMEOUT, async {
+                let opened = with_timeout("connecting", CONNECT_TIMEOUT, async {
                     let mut stream = connect(&config.address).await.map_err(|e| e.to_string())?;
                     let mut buf = ReplyBuf::default();
                     startup(&mut stream, &mut buf, &config).await?;
@@ -194,7 +194,7 @@ impl Replica {
             let (stream, buf) = conn.as_mut().expect("connected above");
             let started = Instant::now();
             let need = applied.load(Ordering::SeqCst);
-            let polled = with_timeout(POLL_TIMEOUT, async {
+            let polled = with_timeout("polling the replay position", POLL_TIMEOUT, async {
                 simple_value(stream, buf, "SELECT pg_last_wal_replay_lsn()").await
             })
             .await;
@@ -244,14 +244,15 @@ impl Replica {
     }
 }
 
-/// `f`, or `Err("timed out")` after `limit`.
+/// `f`, or an error naming `what` after `limit`.
 pub async fn with_timeout<T>(
+    what: &str,
     limit: Duration,
     f: impl Future<Output = Result<T, String>>,
 ) -> Result<T, String> {
     futures_lite::future::or(f, async {
         sleep(limit).await;
-        Err(format!("no answer within {limit:?}"))
+        Err(format!("{what}: no answer within {limit:?}"))
     })
     .await
 }
