@@ -5,7 +5,45 @@
 # usage: scripts/upstream_bench.sh PG_PORT PGBOUNCER_PORT [RINGWIRE_BINARY]
 # Needs: PostgreSQL on 127.0.0.1:PG_PORT (user postgres, trust, max_connections >= 600,
 # `pgbench -i` done, a table t), PgBouncer on PGBOUNCER_PORT in front of it.
+#
+# usage: scripts/upstream_bench.sh replica PG_PORT REPLICA_PORT [RINGWIRE_BINARY]
+# Replica reads (docs/ARCHITECTURE.md, "Replicas"): pgbench -S at 64 clients and -N at 16
+# through ringwire primary-only and ringwire --replica (REPLICA_PORT: a hot standby of
+# PG_PORT), alternated for ROUNDS rounds (default 5); prints each round and the medians. On one host the standby
+# competes with the primary for the same cores, so this measures what routing and the oracle
+# cost, not what a second machine would add.
 set -euo pipefail
+if [ "${1:-}" = replica ]; then
+    pg=${2:?PG_PORT}; replica=${3:?REPLICA_PORT}; bin=${4:-target/release/ringwire}
+    rw_port=56875
+    # run WORKLOAD_ARGS -- RINGWIRE_ARGS: one 5 s pgbench run against a fresh ringwire.
+    run() {
+        local w=(); while [ "$1" != -- ]; do w+=("$1"); shift; done; shift
+        "$bin" --listen 127.0.0.1:$rw_port --shards 2 --upstream-pool-size 16 \
+            --upstream "postgres://postgres@127.0.0.1:$pg/postgres" "$@" --log-level warn >/dev/null &
+        rw=$!
+        sleep 1
+        tps=$(pgbench -h 127.0.0.1 -p $rw_port -U postgres -n "${w[@]}" -j 2 -T 5 postgres 2>&1 \
+            | awk '/^tps/ {print $3}')
+        kill $rw; wait $rw 2>/dev/null || true
+    }
+    median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+    replica_arg=(--replica "postgres://postgres@127.0.0.1:$replica/postgres")
+    # -S at 64 clients: reads routed to the replica. -N at 16 clients: autocommit-free write
+    # transactions, each commit followed by the pipelined WAL-position query with --replica.
+    for workload in "-S -c 64" "-N -c 16"; do
+        primary_only=(); with_replica=()
+        for round in $(seq 1 "${ROUNDS:-5}"); do
+            run $workload -- ; primary_only+=("$tps")
+            echo "round $round $workload ringwire primary-only tps=$tps"
+            run $workload -- "${replica_arg[@]}"; with_replica+=("$tps")
+            echo "round $round $workload ringwire --replica tps=$tps"
+        done
+        p=$(median "${primary_only[@]}"); r=$(median "${with_replica[@]}")
+        echo "$workload medians: primary-only tps=$p, --replica tps=$r, ratio $(awk -v a="$r" -v b="$p" 'BEGIN {printf "%.2f", a / b}')"
+    done
+    exit 0
+fi
 pg=${1:?PG_PORT}; bouncer=${2:?PGBOUNCER_PORT}; bin=${3:-target/release/ringwire}
 rw_port=56875
 "$bin" --listen 127.0.0.1:$rw_port --shards 2 --upstream-pool-size 16 \

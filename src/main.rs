@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
-use ringwire::upstream::{Upstream, UpstreamConfig};
+use ringwire::upstream::{Upstream, UpstreamConfig, Upstreams, WalGeometry};
 use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
     parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
@@ -117,6 +117,18 @@ struct Cli {
     /// Each shard keeps its own pool of connections to it (transaction pooling).
     #[arg(long, value_name = "URL", env = "RINGWIRE_UPSTREAM")]
     upstream: Option<String>,
+
+    /// Upstream mode: a hot standby streaming from the `--upstream` primary (repeatable; the
+    /// environment variable takes a comma-separated list). Read-only autocommit statements
+    /// may go to it when it has provably replayed every commit acknowledged before they
+    /// started (strict serializable); see docs/ARCHITECTURE.md, "Upstream mode".
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RINGWIRE_REPLICAS",
+        value_delimiter = ','
+    )]
+    replica: Vec<String>,
 
     /// Upstream connections each shard may open (upstream mode).
     #[arg(long, default_value_t = 16)]
@@ -249,19 +261,64 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
     })
 }
 
-/// `--upstream`: parse the URL and log in once, so a wrong address or password is a startup
-/// error, and learn the server's parameters (shown to clients at their startup).
+/// `--upstream` and `--replica`: parse the URLs and log in once, so a wrong address or
+/// password is a startup error, and learn the primary's parameters (shown to clients at their
+/// startup) and its WAL insert position (the oracle's first applied timestamp). A replica that
+/// does not answer yet is only a warning (it joins the rotation when it does); one that
+/// answers and is not a standby is an error.
 #[allow(clippy::type_complexity)]
 fn upstream_config(
     url: &str,
+    replicas: &[String],
     pool_size: usize,
-) -> Result<(Arc<UpstreamConfig>, Arc<Vec<(String, String)>>), String> {
+) -> Result<(Upstreams, Arc<Vec<(String, String)>>), String> {
     if pool_size == 0 {
         return Err("--upstream-pool-size must be at least 1".into());
     }
-    let config = UpstreamConfig::parse_url(url, pool_size)?;
-    let handshake = ringwire::upstream::client::probe(&config)?;
-    Ok((Arc::new(config), Arc::new(handshake.parameters)))
+    let config =
+        UpstreamConfig::parse_url(url, pool_size).map_err(|e| format!("--upstream {e}"))?;
+    let (handshake, position) = ringwire::upstream::client::probe(
+        &config,
+        (!replicas.is_empty()).then_some(ringwire::upstream::WAL_POSITION_QUERY),
+    )?;
+    let (applied, wal) = match position {
+        None => (0, WalGeometry::default()),
+        Some(text) => {
+            let (insert, wal) = WalGeometry::parse_insert_position(&text).ok_or_else(|| {
+                format!(
+                    "--upstream {}: cannot read its WAL position from {text:?}",
+                    config.address
+                )
+            })?;
+            (wal.end_of_wal(insert), wal)
+        }
+    };
+    let mut replica_configs = Vec::new();
+    for url in replicas {
+        let replica =
+            UpstreamConfig::parse_url(url, pool_size).map_err(|e| format!("--replica {e}"))?;
+        match ringwire::upstream::client::probe(&replica, Some("SELECT pg_is_in_recovery()")) {
+            Ok((_, Some(r))) if r == "t" => {}
+            Ok(_) => {
+                return Err(format!(
+                    "--replica {}: the server is not in recovery (not a standby)",
+                    replica.address
+                ))
+            }
+            Err(e) => log::warn!(
+                "--replica {}: {e}; it joins when it answers",
+                replica.address
+            ),
+        }
+        replica_configs.push(Arc::new(replica));
+    }
+    let upstreams = Upstreams {
+        primary: Arc::new(config),
+        replicas: replica_configs,
+        applied: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
+        wal,
+    };
+    Ok((upstreams, Arc::new(handshake.parameters)))
 }
 
 /// `ringwire passwd USER`: one users-file line on stdout.
@@ -342,8 +399,12 @@ fn main() -> ExitCode {
     logger.init();
     let metrics_listen = cli.metrics_listen;
     let upstream = match cli.upstream.take() {
+        None if !cli.replica.is_empty() => {
+            eprintln!("ringwire: --replica needs --upstream (the primary)");
+            return ExitCode::from(2);
+        }
         None => None,
-        Some(url) => match upstream_config(&url, cli.upstream_pool_size) {
+        Some(url) => match upstream_config(&url, &cli.replica, cli.upstream_pool_size) {
             Ok(u) => Some(u),
             Err(e) => {
                 eprintln!("ringwire: {e}");
@@ -408,13 +469,21 @@ fn main() -> ExitCode {
     let metrics_listener = std::sync::Mutex::new(metrics_listener);
     let ran = match upstream {
         Some((upstream, parameters)) => {
-            log::info!("upstream mode: relaying to {}", upstream.address);
+            log::info!(
+                "upstream mode: relaying to {}, replicas {:?}",
+                upstream.primary.address,
+                upstream
+                    .replicas
+                    .iter()
+                    .map(|r| r.address.to_string())
+                    .collect::<Vec<_>>()
+            );
             if metrics_listen.is_some() {
                 // The endpoint reads the embedded engine's dispatcher; upstream mode has none yet.
                 log::warn!("--metrics-listen is not served in upstream mode yet");
             }
             shards::runtime::run(config, listeners, move |_mesh| {
-                Upstream::new(upstream.clone(), parameters.clone())
+                Upstream::new(&upstream, parameters.clone())
             })
         }
         None => {

@@ -215,6 +215,454 @@ pub fn classify(sql: &str) -> Effects {
     fx
 }
 
+/// Where a statement may run and what it does to the transaction, for replica routing and
+/// for knowing when a commit's WAL position must be learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Certainly reads only: may run on a hot standby (see [`read_only`]).
+    pub read_only: bool,
+    /// Certainly writes nothing and ends no write: transaction control, SET, SHOW (the
+    /// complement of "may have written", which is everything else).
+    pub writes: bool,
+    pub tx: TxControl,
+}
+
+impl Route {
+    /// Without replicas nothing is routed or tracked: the text is not read.
+    pub const PRIMARY_ONLY: Route = Route {
+        read_only: false,
+        writes: false,
+        tx: TxControl::None,
+    };
+}
+
+/// What a statement does to the transaction block, read from its leading words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxControl {
+    /// Nothing: runs in the block if there is one, else as its own implicit transaction.
+    None,
+    /// BEGIN / START TRANSACTION.
+    Begin,
+    /// COMMIT / END / ROLLBACK / ABORT (without AND CHAIN): the session is idle after it.
+    End,
+    /// Anything the scan cannot predict (several statements mixing control and work,
+    /// PREPARE TRANSACTION, AND CHAIN).
+    Unsure,
+}
+
+pub fn route(sql: &str) -> Route {
+    let read_only = read_only(sql);
+    if !read_only && unbalanced_quotes(sql) {
+        return Route {
+            read_only,
+            writes: true,
+            tx: TxControl::Unsure,
+        };
+    }
+    let mut tx = TxControl::None;
+    let mut writes = !read_only;
+    if !read_only {
+        let mut control_only = true;
+        let mut n = 0;
+        for_each_statement(sql, |stmt| {
+            n += 1;
+            let mut w = [""; 3];
+            let mut k = 0;
+            for_each_word(stmt, |word, _| {
+                if k < w.len() {
+                    w[k] = word;
+                    k += 1;
+                }
+                k < w.len()
+            });
+            let lower = |s: &str, t: &str| s.eq_ignore_ascii_case(t);
+            let first = w[0];
+            let this = if ["begin", "start"].iter().any(|t| lower(first, t)) {
+                TxControl::Begin
+            } else if ["commit", "end", "rollback", "abort"]
+                .iter()
+                .any(|t| lower(first, t))
+            {
+                let chain = contains_ignore_case(stmt.as_bytes(), b"chain");
+                let to = w[1..].iter().any(|x| lower(x, "to"));
+                let prepared = lower(w[1], "prepared");
+                match (chain, to, prepared) {
+                    (false, false, false) => TxControl::End,
+                    (false, true, false) => TxControl::None, // ROLLBACK TO SAVEPOINT
+                    _ => TxControl::Unsure,
+                }
+            } else if lower(first, "prepare") && lower(w[1], "transaction") || lower(first, "copy")
+            {
+                // COPY: the server is in copy mode after it, so nothing may be pipelined
+                // behind it.
+                TxControl::Unsure
+            } else {
+                let harmless = ["savepoint", "release", "set", "reset", "show"]
+                    .iter()
+                    .any(|t| lower(first, t));
+                control_only &= harmless;
+                TxControl::None
+            };
+            tx = match (n, tx, this) {
+                (_, TxControl::Unsure, _) | (_, _, TxControl::Unsure) => TxControl::Unsure,
+                (_, t, TxControl::None) => t,
+                (1, _, t) => t,
+                // BEGIN; …; COMMIT in one Query: an error in between leaves the block open
+                // and failed, so the outcome is not known from the text.
+                _ => TxControl::Unsure,
+            };
+        });
+        writes = !control_only;
+    }
+    Route {
+        read_only,
+        writes,
+        tx,
+    }
+}
+
+/// Call `f` for each statement of `sql` (split at semicolons outside quotes and comments),
+/// without allocating.
+fn for_each_statement(sql: &str, mut f: impl FnMut(&str)) {
+    let mut start = 0;
+    scan(sql, |i, token| {
+        if let Token::Semicolon = token {
+            if !sql[start..i].trim().is_empty() {
+                f(&sql[start..i]);
+            }
+            start = i + 1;
+        }
+        true
+    });
+    if !sql[start..].trim().is_empty() {
+        f(&sql[start..]);
+    }
+}
+
+/// Call `f(word, followed_by_open_paren)` for each word (keyword or unquoted identifier) of
+/// `sql` outside quotes and comments, until it returns false.
+fn for_each_word<'a>(sql: &'a str, mut f: impl FnMut(&'a str, bool) -> bool) {
+    let b = sql.as_bytes();
+    scan(sql, |i, token| match token {
+        Token::Word(end) => {
+            let mut j = end;
+            while j < b.len() && b[j].is_ascii_whitespace() {
+                j += 1;
+            }
+            f(&sql[i..end], b.get(j) == Some(&b'('))
+        }
+        _ => true,
+    });
+}
+
+enum Token {
+    /// A word from here to the given end.
+    Word(usize),
+    Semicolon,
+}
+
+/// The lexer under [`for_each_statement`] and [`for_each_word`]: skips string literals
+/// (incl. `E'…'`), quoted identifiers, dollar quotes and comments; reports words and
+/// semicolons. Anything it cannot read is skipped byte by byte, which only ever makes the
+/// routing see fewer words — so [`read_only`] treats a quote it cannot close as "unsure".
+fn scan(sql: &str, mut f: impl FnMut(usize, Token) -> bool) {
+    let b = sql.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'\'' | b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != c {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 2;
+            }
+            b'$' => {
+                let tag_end = b[i + 1..]
+                    .iter()
+                    .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+                    .map(|p| i + 1 + p);
+                match tag_end.filter(|e| b.get(*e) == Some(&b'$')) {
+                    Some(e) => {
+                        let tag = &sql[i..=e];
+                        i = match sql[e + 1..].find(tag) {
+                            Some(p) => e + 1 + p + tag.len(),
+                            None => b.len(),
+                        };
+                    }
+                    None => i = tag_end.unwrap_or(b.len()), // $1: a parameter
+                }
+            }
+            b';' => {
+                if !f(i, Token::Semicolon) {
+                    return;
+                }
+                i += 1;
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {
+                let start = i;
+                while i < b.len()
+                    && (b[i].is_ascii_alphanumeric()
+                        || b[i] == b'_'
+                        || b[i] == b'.'
+                        || b[i] >= 0x80)
+                {
+                    i += 1;
+                }
+                // E'…' / B'…' / X'…' / U&'…' literals: the quote is handled next turn.
+                if !f(start, Token::Word(i)) {
+                    return;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// Words that make a statement unfit for a replica wherever they appear: writes (also inside
+/// a CTE), `SELECT … INTO` (creates a table), `FOR UPDATE/SHARE` (row locks; `FOR` also ends
+/// up here from `substring(x FOR n)`, which only costs a primary read), `LOCK`, sequences
+/// (`nextval` and friends write or read session state), and `CALL`/`DO`.
+const NOT_ON_A_REPLICA: &[&str] = &[
+    "insert", "update", "delete", "merge", "into", "for", "lock", "nextval", "setval", "currval",
+    "lastval", "call", "do", "copy", "notify", "listen",
+];
+
+/// Words that may be followed by `(` in a read-only statement: SQL keywords that take a
+/// parenthesised list, and built-in functions that are immutable or stable (so they neither
+/// write nor differ between primary and standby). Any other `name(` is a function call that
+/// may be volatile or user-defined (and could write): the statement goes to the primary.
+const CALLABLE_ON_A_REPLICA: &[&str] = &[
+    // keywords
+    "select",
+    "from",
+    "where",
+    "and",
+    "or",
+    "not",
+    "in",
+    "exists",
+    "any",
+    "all",
+    "some",
+    "as",
+    "on",
+    "using",
+    "join",
+    "values",
+    "row",
+    "array",
+    "over",
+    "filter",
+    "partition",
+    "by",
+    "when",
+    "then",
+    "else",
+    "case",
+    "is",
+    "distinct",
+    "like",
+    "ilike",
+    "between",
+    "with",
+    "union",
+    "intersect",
+    "except",
+    "lateral",
+    "within",
+    "group",
+    "order",
+    "having",
+    "limit",
+    "offset",
+    "cast",
+    "coalesce",
+    "nullif",
+    "greatest",
+    "least",
+    "extract",
+    "overlay",
+    "position",
+    "trim",
+    "substring",
+    "interval",
+    "numeric",
+    "decimal",
+    "varchar",
+    "char",
+    "character",
+    "timestamp",
+    "time",
+    "bit",
+    "float",
+    "grouping",
+    "rollup",
+    "cube",
+    "sets",
+    "materialized",
+    // aggregates
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "bool_and",
+    "bool_or",
+    "every",
+    "string_agg",
+    "array_agg",
+    "json_agg",
+    "jsonb_agg",
+    "json_object_agg",
+    "jsonb_object_agg",
+    "stddev",
+    "variance",
+    "percentile_cont",
+    "percentile_disc",
+    "mode",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "ntile",
+    // immutable / stable built-ins
+    "lower",
+    "upper",
+    "length",
+    "char_length",
+    "octet_length",
+    "abs",
+    "round",
+    "floor",
+    "ceil",
+    "ceiling",
+    "trunc",
+    "sqrt",
+    "mod",
+    "power",
+    "ln",
+    "log",
+    "exp",
+    "sign",
+    "concat",
+    "concat_ws",
+    "replace",
+    "split_part",
+    "substr",
+    "left",
+    "right",
+    "lpad",
+    "rpad",
+    "ltrim",
+    "rtrim",
+    "btrim",
+    "md5",
+    "to_char",
+    "to_date",
+    "to_number",
+    "to_timestamp",
+    "date_trunc",
+    "date_part",
+    "age",
+    "now",
+    "current_date",
+    "make_date",
+    "array_length",
+    "cardinality",
+    "unnest",
+    "generate_series",
+    "jsonb_build_object",
+    "json_build_object",
+    "to_json",
+    "to_jsonb",
+    "jsonb_extract_path",
+    "jsonb_array_length",
+    "format",
+    "starts_with",
+    "regexp_replace",
+    "regexp_match",
+    "encode",
+    "decode",
+    "int2",
+    "int4",
+    "int8",
+    "float4",
+    "float8",
+    "text",
+    "bool",
+    "date",
+    "version",
+    "current_setting",
+    "pg_is_in_recovery",
+    "pg_last_wal_replay_lsn",
+    "pg_backend_pid",
+];
+
+/// True only when `sql` is certainly one read-only statement: it starts with SELECT, VALUES,
+/// TABLE, WITH or SHOW, contains none of [`NOT_ON_A_REPLICA`] outside quotes and comments,
+/// and calls no function outside [`CALLABLE_ON_A_REPLICA`]. Anything unsure is false (the
+/// statement goes to the primary); a false "read-only" would at worst fail on the standby
+/// with 25006, which is retried on the primary too. Allocation-free: it runs per simple
+/// Query.
+pub fn read_only(sql: &str) -> bool {
+    let mut first = true;
+    let mut ok = true;
+    let mut statements = 0;
+    for_each_statement(sql, |_| statements += 1);
+    if statements != 1 || unbalanced_quotes(sql) {
+        return false;
+    }
+    for_each_word(sql, |word, call| {
+        let is = |list: &[&str]| list.iter().any(|w| word.eq_ignore_ascii_case(w));
+        if first {
+            first = false;
+            ok = is(&["select", "values", "table", "with", "show"]);
+        } else if is(NOT_ON_A_REPLICA) {
+            ok = false;
+        } else if call {
+            let name = word
+                .strip_prefix("pg_catalog.")
+                .or_else(|| word.strip_prefix("PG_CATALOG."))
+                .unwrap_or(word);
+            ok = CALLABLE_ON_A_REPLICA
+                .iter()
+                .any(|w| name.eq_ignore_ascii_case(w));
+        }
+        ok
+    });
+    ok && !first
+}
+
+/// A quote or comment the scan could not close: the text is not what it seems (or not SQL).
+fn unbalanced_quotes(sql: &str) -> bool {
+    let b = sql.as_bytes();
+    let singles = b.iter().filter(|&&c| c == b'\'').count();
+    let doubles = b.iter().filter(|&&c| c == b'"').count();
+    // An odd count means an unterminated literal, or a quote inside a comment or a dollar
+    // quote: either way not worth reading further.
+    singles % 2 == 1
+        || doubles % 2 == 1
+        || sql.contains('\\')
+        || sql.contains("/*") && !sql.contains("*/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +717,71 @@ mod tests {
         assert!(classify("SELECT pg_advisory_lock(1);").pins);
         assert!(classify("select 1; prepare p as select 1").pins);
         assert_eq!(classify("SELECT 1 ;  ").sets, vec![]);
+    }
+
+    #[test]
+    fn replica_routing() {
+        for sql in [
+            "select 1",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = $1",
+            "select v from kv where k = 3;",
+            "with a as (select 1) select * from a",
+            "select count(*), max(v) from kv group by k having count(*) > 1",
+            "select pg_is_in_recovery()",
+            "select 'insert into x' as s",
+            "select $$ for update $$",
+            "select \"update\" from t",
+            "show statement_timeout",
+            "select now(), coalesce(a, 1) from t where b in (1, 2) and exists (select 1)",
+            "select pg_catalog.count(*) from t",
+        ] {
+            assert!(read_only(sql), "{sql} is read-only");
+            assert_eq!(route(sql).tx, TxControl::None);
+            assert!(!route(sql).writes, "{sql}");
+        }
+        for sql in [
+            "insert into t values (1)",
+            "select * from t for update",
+            "select * from t for share",
+            "with d as (delete from t returning *) select * from d",
+            "select nextval('s')",
+            "select * into t2 from t",
+            "select my_function(1)",
+            "select random()",
+            "select pg_advisory_xact_lock(1)",
+            "select 1; select 2",
+            "select 1; insert into t values (1)",
+            "update t set v = 1",
+            "begin",
+            "select 'unterminated",
+            "select E'\\' from t; delete from t; --'",
+            "",
+            "explain analyze delete from t",
+        ] {
+            assert!(!read_only(sql), "{sql} is not certainly read-only");
+        }
+        assert_eq!(route("BEGIN").tx, TxControl::Begin);
+        assert!(!route("BEGIN").writes);
+        assert_eq!(route("start transaction read only").tx, TxControl::Begin);
+        assert_eq!(route("COMMIT").tx, TxControl::End);
+        assert_eq!(route("end;").tx, TxControl::End);
+        assert_eq!(route("rollback").tx, TxControl::End);
+        assert_eq!(route("rollback to savepoint a").tx, TxControl::None);
+        assert_eq!(route("commit and chain").tx, TxControl::Unsure);
+        assert_eq!(route("prepare transaction 'x'").tx, TxControl::Unsure);
+        assert_eq!(
+            route("begin; insert into t values (1); commit").tx,
+            TxControl::Unsure
+        );
+        assert!(route("begin; insert into t values (1); commit").writes);
+        assert_eq!(
+            route("insert into t values (1); commit").tx,
+            TxControl::Unsure
+        );
+        assert!(route("insert into t values (1)").writes);
+        assert_eq!(route("insert into t values (1)").tx, TxControl::None);
+        assert!(!route("set x = 1").writes);
+        assert_eq!(route("copy t from stdin").tx, TxControl::Unsure);
+        assert!(route("select my_function(1)").writes);
     }
 }

@@ -216,6 +216,68 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// Run one simple Query on an idle connection and return the first column of its first row
+/// (`None` for no row or NULL). An ErrorResponse is an `Err` with its message; the connection
+/// is idle again when this returns `Ok`.
+pub async fn simple_value<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    sql: &str,
+) -> Result<Option<String>, String> {
+    let mut out = Vec::with_capacity(sql.len() + 6);
+    frontend::encode_query(&mut out, sql);
+    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    let mut value = None;
+    let mut error = None;
+    loop {
+        let len = loop {
+            if let Some((_, len)) = buf.frame().map_err(|e| e.to_string())? {
+                break len;
+            }
+            buf.fill(stream).await.map_err(|e| e.to_string())?;
+        };
+        let (frame, _) = buf
+            .frame()
+            .map_err(|e| e.to_string())?
+            .expect("a whole frame is buffered");
+        match BackendMessage::parse(frame).map_err(|e| e.message.to_string())? {
+            BackendMessage::DataRow { values } if value.is_none() => {
+                value = Some(
+                    values
+                        .first()
+                        .copied()
+                        .flatten()
+                        .map(|v| String::from_utf8_lossy(v).into_owned()),
+                );
+            }
+            BackendMessage::ErrorResponse(fields) => {
+                if fields.severity() == "FATAL" || fields.severity() == "PANIC" {
+                    return Err(fields.message().to_string());
+                }
+                error = Some(fields.message().to_string());
+            }
+            BackendMessage::ReadyForQuery { .. } => {
+                buf.consume(len);
+                return match error {
+                    Some(e) => Err(e),
+                    None => Ok(value.flatten()),
+                };
+            }
+            _ => {}
+        }
+        buf.consume(len);
+    }
+}
+
+/// A WAL position as PostgreSQL prints it (`16/B374D848`), as one number.
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.trim().split_once('/')?;
+    Some(
+        u64::from(u32::from_str_radix(hi, 16).ok()?) << 32
+            | u64::from(u32::from_str_radix(lo, 16).ok()?),
+    )
+}
+
 /// A blocking socket seen as `AsyncRead + AsyncWrite` (every poll completes at once), so the
 /// startup exchange can be run once from `main` before any shard starts, to check the upstream
 /// URL and learn the server's parameters.
@@ -256,8 +318,12 @@ impl<T: io::Write + Unpin> AsyncWrite for Blocking<T> {
 }
 
 /// Connect once with a blocking socket and run the startup exchange: checks the URL and
-/// credentials before the shards start, and returns the server's parameters.
-pub fn probe(config: &UpstreamConfig) -> Result<Handshake, String> {
+/// credentials before the shards start, and returns the server's parameters and the value
+/// of `query` if one is given.
+pub fn probe(
+    config: &UpstreamConfig,
+    query: Option<&str>,
+) -> Result<(Handshake, Option<String>), String> {
     use shards::connect::Address;
     let timeout = std::time::Duration::from_secs(10);
     let mut buf = ReplyBuf::default();
@@ -267,7 +333,7 @@ pub fn probe(config: &UpstreamConfig) -> Result<Handshake, String> {
                 .map_err(|e| format!("cannot connect to the upstream server {addr}: {e}"))?;
             s.set_read_timeout(Some(timeout))
                 .map_err(|e| e.to_string())?;
-            futures_lite::future::block_on(startup(&mut Blocking(s), &mut buf, config))
+            futures_lite::future::block_on(probe_on(&mut Blocking(s), &mut buf, config, query))
         }
         Address::Unix(path) => {
             let s = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
@@ -278,9 +344,25 @@ pub fn probe(config: &UpstreamConfig) -> Result<Handshake, String> {
             })?;
             s.set_read_timeout(Some(timeout))
                 .map_err(|e| e.to_string())?;
-            futures_lite::future::block_on(startup(&mut Blocking(s), &mut buf, config))
+            futures_lite::future::block_on(probe_on(&mut Blocking(s), &mut buf, config, query))
         }
     }
+}
+
+async fn probe_on<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    config: &UpstreamConfig,
+    query: Option<&str>,
+) -> Result<(Handshake, Option<String>), String> {
+    let handshake = startup(stream, buf, config).await?;
+    let value = match query {
+        Some(sql) => simple_value(stream, buf, sql)
+            .await
+            .map_err(|e| format!("{}: {sql}: {e}", config.address))?,
+        None => None,
+    };
+    Ok((handshake, value))
 }
 
 /// Ask the server to cancel what backend `process_id` runs (a CancelRequest on a new
@@ -296,5 +378,16 @@ pub async fn send_cancel(config: &UpstreamConfig, process_id: i32, secret_key: i
             let _ = s.read(&mut b).await;
         }
         Err(e) => log::warn!("cannot send a cancel request to {}: {e}", config.address),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lsn() {
+        assert_eq!(super::parse_lsn("0/0"), Some(0));
+        assert_eq!(super::parse_lsn("16/B374D848"), Some(0x16_B374_D848));
+        assert_eq!(super::parse_lsn("16B374D848"), None);
+        assert!(super::parse_lsn("1/0") > super::parse_lsn("0/FFFFFFFF"));
     }
 }

@@ -5,7 +5,9 @@
 //! - [`client`]: ringwire as a PostgreSQL client: startup and authentication, the reply buffer.
 //! - `pool`: the shard's upstream connections and the shard's prepared-statement names.
 //! - `classify`: what a statement does to session state (SET tracking, what pins a session).
-//! - `session`: one client's relay: message rewriting, replies in order, transaction pooling.
+//! - `session`: one client's relay: message rewriting, replies in order, transaction pooling,
+//!   routing reads to replicas and learning each commit's WAL position.
+//! - `replica`: what a shard knows about each replica (replay LSN, rotation) and its poller.
 //!
 //! See docs/ARCHITECTURE.md, "Upstream mode", for why this is a relay and not an `Engine`
 //! that answers message by message.
@@ -13,9 +15,11 @@
 mod classify;
 pub mod client;
 mod pool;
+mod replica;
 mod session;
 
 use std::rc::Rc;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bumpalo::Bump;
@@ -25,6 +29,7 @@ use protocol::PgError;
 use shards::connect::Address;
 use shards::engine::{CancelToken, Cx, Engine, Execution, SessionStart};
 
+pub use client::parse_lsn;
 pub use session::Session;
 
 /// Where the upstream server is and how ringwire logs in to it.
@@ -38,12 +43,93 @@ pub struct UpstreamConfig {
     pub pool_size_per_shard: usize,
 }
 
+/// The upstream hosts, and the oracle's applied timestamp they share.
+pub struct Upstreams {
+    pub primary: Arc<UpstreamConfig>,
+    /// `--replica`s: hot standbys streaming from the primary.
+    pub replicas: Vec<Arc<UpstreamConfig>>,
+    /// The primary's WAL position at (or after) the end of the last commit acknowledged to
+    /// any client, by any shard: one `fetch_max` per commit, one load per routed read. Starts
+    /// at the primary's insert position when ringwire starts, so commits made before are
+    /// covered too.
+    pub applied: Arc<AtomicU64>,
+    pub wal: WalGeometry,
+}
+
+/// The primary's WAL page and segment sizes (`wal_block_size`, `wal_segment_size`), to read
+/// an insert position at the start of a page as the end of the WAL before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalGeometry {
+    pub page_bytes: u64,
+    pub segment_bytes: u64,
+}
+
+impl Default for WalGeometry {
+    /// PostgreSQL's defaults.
+    fn default() -> Self {
+        WalGeometry {
+            page_bytes: 8192,
+            segment_bytes: 16 << 20,
+        }
+    }
+}
+
+/// The query whose answer [`WalGeometry::parse_insert_position`] reads.
+pub const WAL_POSITION_QUERY: &str = "SELECT pg_current_wal_insert_lsn() || ' ' || \
+    current_setting('wal_block_size') || ' ' || \
+    (SELECT setting FROM pg_settings WHERE name = 'wal_segment_size')";
+
+impl WalGeometry {
+    /// PostgreSQL's page header sizes on 64-bit builds (`SizeOfXLogShortPHD`,
+    /// `SizeOfXLogLongPHD`, MAXALIGNed); the long one opens each segment.
+    const SHORT_HEADER: u64 = 24;
+    const LONG_HEADER: u64 = 40;
+
+    /// The end of the WAL inserted so far, given `pg_current_wal_insert_lsn()`.
+    ///
+    /// When the last record ended exactly at a page end (always so after a segment switch),
+    /// the insert position points past the next page's header, where no record exists yet;
+    /// a standby's replay position is then the page start and would never reach the insert
+    /// position until the next record is written (on an idle primary: possibly never). No
+    /// record can end inside a page header, so an insert position right after one means
+    /// every record ends at or before the page start: that is the position returned.
+    pub fn end_of_wal(&self, insert: u64) -> u64 {
+        let in_page = insert % self.page_bytes;
+        let page_start = insert - in_page;
+        let header = if page_start.is_multiple_of(self.segment_bytes) {
+            Self::LONG_HEADER
+        } else {
+            Self::SHORT_HEADER
+        };
+        if in_page == header {
+            page_start
+        } else {
+            insert
+        }
+    }
+
+    /// `(insert position, geometry)` from the answer to [`WAL_POSITION_QUERY`].
+    pub fn parse_insert_position(text: &str) -> Option<(u64, WalGeometry)> {
+        let mut words = text.split_whitespace();
+        let lsn = parse_lsn(words.next()?)?;
+        let page_bytes: u64 = words.next()?.parse().ok()?;
+        let segment_bytes: u64 = words.next()?.parse().ok()?;
+        (page_bytes > Self::LONG_HEADER && segment_bytes >= page_bytes).then_some((
+            lsn,
+            WalGeometry {
+                page_bytes,
+                segment_bytes,
+            },
+        ))
+    }
+}
+
 impl UpstreamConfig {
     /// `postgres[ql]://USER[:PASSWORD]@HOST[:PORT][/DATABASE][?host=/socket/dir]`. With
     /// `host=DIR` (or a HOST that is a percent-encoded path) the server is reached on its Unix
     /// socket `DIR/.s.PGSQL.PORT`. User, password and database may be percent-encoded.
     pub fn parse_url(url: &str, pool_size_per_shard: usize) -> Result<UpstreamConfig, String> {
-        let bad = |why: &str| format!("--upstream {url:?}: {why}");
+        let bad = |why: &str| format!("{url:?}: {why}");
         let rest = url
             .strip_prefix("postgres://")
             .or_else(|| url.strip_prefix("postgresql://"))
@@ -134,9 +220,9 @@ pub struct Upstream {
 impl Upstream {
     /// Built on the shard's thread. `parameters` are what the upstream server reported at
     /// startup (probed once by `main`), shown to clients as their startup ParameterStatus.
-    pub fn new(config: Arc<UpstreamConfig>, parameters: Arc<Vec<(String, String)>>) -> Upstream {
+    pub fn new(upstreams: &Upstreams, parameters: Arc<Vec<(String, String)>>) -> Upstream {
         Upstream {
-            shard: Rc::new(pool::ShardUpstream::new(config, parameters)),
+            shard: Rc::new(pool::ShardUpstream::new(upstreams, parameters)),
         }
     }
 }
@@ -244,5 +330,22 @@ mod tests {
         assert!(UpstreamConfig::parse_url("mysql://u@h/d", 1).is_err());
         assert!(UpstreamConfig::parse_url("postgres://h:5432/d", 1).is_err());
         assert!(UpstreamConfig::parse_url("postgres://u@h:x/d", 1).is_err());
+    }
+
+    #[test]
+    fn end_of_wal_at_page_starts() {
+        let g = WalGeometry::default();
+        // After a segment switch: the long header of the new segment.
+        assert_eq!(g.end_of_wal(0x3000028), 0x3000000);
+        // A page start inside a segment: the short header.
+        assert_eq!(g.end_of_wal(0x3002018), 0x3002000);
+        // Inside a page, even at 40 bytes past a page that does not open a segment.
+        assert_eq!(g.end_of_wal(0x3002028), 0x3002028);
+        assert_eq!(g.end_of_wal(0x30000a0), 0x30000a0);
+        assert_eq!(
+            WalGeometry::parse_insert_position("0/3000028 8192 16777216"),
+            Some((0x3000028, g))
+        );
+        assert_eq!(WalGeometry::parse_insert_position("0/3000028 8192"), None);
     }
 }

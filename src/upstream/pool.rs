@@ -1,23 +1,36 @@
 //! A shard's upstream connections and prepared-statement names.
 //!
-//! Each shard owns its pool (no locks, no cross-core hop); a client borrows a connection for a
-//! transaction (or for a batch of autocommit statements) and gives it back on ReadyForQuery
-//! `I` with nothing outstanding. At most `pool_size_per_shard` are open; a client that finds
-//! none free waits for one to come back.
+//! Each shard owns one pool per upstream host — the primary and each replica — (no locks, no
+//! cross-core hop); a client borrows a connection for a transaction (or for a batch of
+//! autocommit statements) and gives it back on ReadyForQuery `I` with nothing outstanding. At
+//! most `pool_size_per_shard` are open per host; a client that finds none free waits for one
+//! to come back. Statement names are per shard, shared by all its pools (each connection
+//! knows which it has prepared).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use shards::connect::{connect, ShardStream};
 
 use super::client::{startup, ReplyBuf};
+use super::replica::{self, Notify, Replica};
 use super::session::ClientStatement;
-use super::UpstreamConfig;
+use super::{UpstreamConfig, Upstreams};
+
+/// Which upstream host a connection talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Host {
+    Primary,
+    /// Index into `--replica`s, in command-line order.
+    Replica(usize),
+}
 
 /// Statements are keyed by what makes their plan: text, declared parameter types and the
 /// session settings in effect (search_path changes what a name resolves to).
@@ -29,14 +42,31 @@ pub struct StatementKey {
 }
 
 pub struct ShardUpstream {
+    /// The primary's.
     pub config: Arc<UpstreamConfig>,
     /// The server's startup ParameterStatus values.
     pub parameters: Arc<Vec<(String, String)>>,
-    idle: RefCell<Vec<ServerConn>>,
-    slots: Rc<Slots>,
+    primary: Pool,
+    pub replicas: Vec<Rc<Replica>>,
+    /// The oracle's applied timestamp: the primary's WAL position at (or after) the end of
+    /// every commit acknowledged to a client so far, by any shard. See `session.rs`.
+    pub applied: Arc<AtomicU64>,
+    pub wal: super::WalGeometry,
+    /// Rung whenever a replica's replay LSN or rotation state changes.
+    replica_progress: Rc<Notify>,
+    /// Round-robin position over the replicas.
+    replica_turn: Cell<usize>,
     /// Upstream name (`ringwire_<id>`) of every statement some client of this shard prepared.
     statements: RefCell<HashMap<StatementKey, u32>>,
     next_statement: Cell<u32>,
+}
+
+/// A shard's connections to one upstream host.
+pub struct Pool {
+    pub config: Arc<UpstreamConfig>,
+    host: Host,
+    idle: RefCell<Vec<ServerConn>>,
+    slots: Rc<Slots>,
 }
 
 /// The count of open connections and who waits for one; shared with each connection so
@@ -92,18 +122,142 @@ pub struct ServerConn {
     pub unnamed: Option<Rc<ClientStatement>>,
     /// Fingerprint of the session settings in effect (0: the server's defaults).
     pub settings: u64,
+    pub host: Host,
     _slot: Slot,
 }
 
 impl ShardUpstream {
-    pub fn new(config: Arc<UpstreamConfig>, parameters: Arc<Vec<(String, String)>>) -> Self {
+    pub fn new(upstreams: &Upstreams, parameters: Arc<Vec<(String, String)>>) -> Self {
         ShardUpstream {
-            config,
+            config: upstreams.primary.clone(),
             parameters,
-            idle: RefCell::new(Vec::new()),
-            slots: Rc::new(Slots::default()),
+            primary: Pool::new(upstreams.primary.clone(), Host::Primary),
+            replicas: upstreams
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Rc::new(Replica::new(Pool::new(c.clone(), Host::Replica(i)))))
+                .collect(),
+            applied: upstreams.applied.clone(),
+            wal: upstreams.wal,
+            replica_progress: Rc::new(Notify::default()),
+            replica_turn: Cell::new(0),
             statements: RefCell::new(HashMap::new()),
             next_statement: Cell::new(1),
+        }
+    }
+
+    pub fn pool(&self, host: Host) -> &Pool {
+        match host {
+            Host::Primary => &self.primary,
+            Host::Replica(i) => &self.replicas[i].pool,
+        }
+    }
+
+    /// The oracle's applied timestamp now: a read that starts after a commit was
+    /// acknowledged sees at least that commit's WAL position.
+    pub fn applied_lsn(&self) -> u64 {
+        self.applied.load(Ordering::SeqCst)
+    }
+
+    /// A commit is about to be acknowledged and the primary's insert position after it is
+    /// `insert`: every read that starts from now on must see it.
+    pub fn raise_applied(&self, insert: u64) {
+        self.applied
+            .fetch_max(self.wal.end_of_wal(insert), Ordering::SeqCst);
+    }
+
+    /// A replica to serve a read whose timestamp is `lsn`, or `None` for the primary.
+    ///
+    /// Strict (`stale` is `None`): a replica in rotation whose known replay LSN is at least
+    /// `lsn` — proven from state, no round trip. If none is, and one is replaying (its position
+    /// moved within [`replica::STUCK_AFTER`]), the read waits for the pollers (hurried) at most
+    /// [`replica::WAIT_MAX`]; else the primary. Bounded-stale (`Some(bound)`): also a
+    /// replica that had everything acknowledged `bound` ago; no waiting.
+    pub async fn replica_for(&self, lsn: u64, stale: Option<Duration>) -> Option<usize> {
+        for r in &self.replicas {
+            r.start_poller(&self.applied, &self.replica_progress);
+        }
+        let now = Instant::now();
+        let ok = |r: &Replica| match stale {
+            None => r.serves(lsn),
+            Some(bound) => r.serves_stale(lsn, bound, now),
+        };
+        if let Some(i) = self.next_replica(ok) {
+            return Some(i);
+        }
+        if stale.is_some() || !self.replicas.iter().any(|r| r.worth_waiting(now)) {
+            return None;
+        }
+        let deadline = now + replica::WAIT_MAX;
+        let waiting: Vec<&Rc<Replica>> = self
+            .replicas
+            .iter()
+            .filter(|r| r.worth_waiting(now))
+            .collect();
+        for r in &waiting {
+            r.wait_begins();
+        }
+        let found = loop {
+            let seen = self.replica_progress.generation();
+            let timed_out = futures_lite::future::or(
+                async {
+                    self.replica_progress.changed(seen).await;
+                    false
+                },
+                async {
+                    shards::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                    true
+                },
+            )
+            .await;
+            if let Some(i) = self.next_replica(|r| r.serves(lsn)) {
+                break Some(i);
+            }
+            if timed_out || !waiting.iter().any(|r| r.worth_waiting(Instant::now())) {
+                break None;
+            }
+        };
+        for r in &waiting {
+            r.wait_ends();
+        }
+        found
+    }
+
+    /// The next replica (round robin) that passes `ok`.
+    fn next_replica(&self, ok: impl Fn(&Replica) -> bool) -> Option<usize> {
+        let n = self.replicas.len();
+        let start = self.replica_turn.get();
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| ok(&self.replicas[i]))
+            .inspect(|&i| {
+                self.replica_turn.set(i + 1);
+            })
+    }
+
+    /// A read failed on replica `i`: out of rotation.
+    pub fn replica_failed(&self, i: usize, why: &str) {
+        self.replicas[i].mark_down(&self.replica_progress, why);
+    }
+
+    pub async fn acquire(&self, host: Host, settings: u64) -> Result<ServerConn, String> {
+        self.pool(host).acquire(settings).await
+    }
+
+    /// Take back a clean connection (ReadyForQuery `I`, nothing outstanding).
+    pub fn release(&self, conn: ServerConn) {
+        self.pool(conn.host).release(conn);
+    }
+}
+
+impl Pool {
+    pub fn new(config: Arc<UpstreamConfig>, host: Host) -> Pool {
+        Pool {
+            config,
+            host,
+            idle: RefCell::new(Vec::new()),
+            slots: Rc::new(Slots::default()),
         }
     }
 
@@ -145,11 +299,23 @@ impl ShardUpstream {
     }
 
     async fn open(&self, slot: Slot) -> Result<ServerConn, String> {
-        let mut stream = connect(&self.config.address)
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", self.config.address))?;
-        let mut buf = ReplyBuf::default();
-        let hs = startup(&mut stream, &mut buf, &self.config).await?;
+        let opening = async {
+            let mut stream = connect(&self.config.address)
+                .await
+                .map_err(|e| format!("cannot connect to {}: {e}", self.config.address))?;
+            let mut buf = ReplyBuf::default();
+            let hs = startup(&mut stream, &mut buf, &self.config).await?;
+            Ok((stream, buf, hs))
+        };
+        let (stream, buf, hs) = match self.host {
+            Host::Primary => opening.await?,
+            // A replica that does not accept a connection in time is out of rotation (the
+            // caller takes it out). Only opening is timed: waiting for a busy pool's
+            // connection is not the replica's failure.
+            Host::Replica(_) => {
+                replica::with_timeout("connecting", replica::CONNECT_TIMEOUT, opening).await?
+            }
+        };
         Ok(ServerConn {
             stream,
             buf,
@@ -158,17 +324,25 @@ impl ShardUpstream {
             prepared: HashSet::new(),
             unnamed: None,
             settings: 0,
+            host: self.host,
             _slot: slot,
         })
     }
 
-    /// Take back a clean connection (ReadyForQuery `I`, nothing outstanding).
-    pub fn release(&self, mut conn: ServerConn) {
+    fn release(&self, mut conn: ServerConn) {
         conn.buf.shrink_if_idle();
         self.idle.borrow_mut().push(conn);
         self.slots.wake_first_waiter();
     }
 
+    /// Close every idle connection (the host failed: they would fail when taken anyway).
+    pub fn drop_idle(&self) {
+        let idle = std::mem::take(&mut *self.idle.borrow_mut());
+        drop(idle);
+    }
+}
+
+impl ShardUpstream {
     /// The upstream statement id for `key`, assigned on first use.
     pub fn statement_id(&self, key: &StatementKey) -> u32 {
         if let Some(id) = self.statements.borrow().get(key) {

@@ -17,10 +17,20 @@
 //! - **Settings.** Committed SETs (and the client's startup parameters) are replayed on a
 //!   connection whose settings differ, as one swallowed Query in front of the batch:
 //!   `RESET ALL; SET …`. A SET in a transaction that rolls back is never recorded.
+//! - **Replica reads.** A batch that is certainly read-only autocommit work (`classify::
+//!   read_only` on every statement it runs) goes to a replica that has provably replayed
+//!   the oracle's applied LSN as of the batch's start (`ShardUpstream::replica_for`). If the
+//!   replica fails it before a byte of its replies reached the client, the batch is run again
+//!   on the primary.
+//! - **The applied LSN.** After a commit that may have written, the primary's WAL position is
+//!   asked on the same connection in the same pipeline (a swallowed Query right behind the
+//!   client's Sync/Query), and the oracle's applied LSN raised before the client's
+//!   ReadyForQuery is released. See [`LSN_QUERY`].
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
+use std::time::Duration;
 
 use futures_lite::{AsyncWrite, AsyncWriteExt};
 use protocol::backend;
@@ -29,8 +39,30 @@ use protocol::wire::{put_cstr, split_frame};
 use protocol::{PgError, Severity, SqlState};
 use shards::engine::{no_statement, CancelToken, SessionStart};
 
-use super::classify::{classify, deallocated, SetChange};
-use super::pool::{ServerConn, ShardUpstream, StatementKey};
+use super::classify::{classify, deallocated, read_only, route, Route, SetChange, TxControl};
+use super::pool::{Host, ServerConn, ShardUpstream, StatementKey};
+
+/// Asked on the primary, in the same pipeline, right after a commit that may have written
+/// (and before the client's ReadyForQuery is released); the answer becomes the oracle's
+/// applied timestamp.
+///
+/// Why the *insert* position: the commit record was inserted before COMMIT returned, so the
+/// insert position is at or past its end whatever `synchronous_commit` says. The flush
+/// position is not: with `synchronous_commit = off` (which a client may set, and which ringwire
+/// replays) COMMIT returns before its record is flushed, so `pg_current_wal_flush_lsn()` can be
+/// behind it and a replica "caught up" to it could miss the commit — a stale read. Everything
+/// inserted is flushed by the WAL writer within a few `wal_writer_delay`s and streamed, so the
+/// insert position is always reached by the replica; it may be a little past the commit (other
+/// sessions' WAL, or a page header when the last record ended on a page boundary), which only
+/// makes a read wait for the next WAL record or go to the primary — never stale.
+///
+/// (A position right after a page header is read as the page start: see
+/// [`super::WalGeometry::end_of_wal`].)
+const LSN_QUERY: &str = "SELECT pg_current_wal_insert_lsn()";
+
+/// Reads at `serializable` (not strict) with no `ringwire.max_replica_lag_ms` may miss the
+/// commits of this long ago.
+const SERIALIZABLE_STALENESS_MAX: Duration = Duration::from_secs(1);
 
 /// Replies piled up past this are written to the client mid-batch (a large result streams).
 const CLIENT_FLUSH_BYTES: usize = 256 << 10;
@@ -42,6 +74,8 @@ pub struct ClientStatement {
     param_types: Box<[u8]>,
     /// Upstream statement id; `None` for the unnamed statement (relayed as unnamed).
     upstream: Option<u32>,
+    /// Read once at Parse, for every Bind of it.
+    route: Route,
 }
 
 impl ClientStatement {
@@ -87,6 +121,8 @@ enum Done {
     Settings(u64),
     /// A client Query and the SETs in it, pending once it completes.
     Query(Vec<SetChange>),
+    /// [`LSN_QUERY`], queued behind a commit: the applied LSN is raised when it answers.
+    Lsn,
 }
 
 enum Expect {
@@ -137,6 +173,33 @@ pub struct Session {
     /// putting back another client's application_name) reach the client only where they
     /// change what it was shown, as PostgreSQL would report them.
     shown: Vec<(Box<str>, Box<str>)>,
+    /// Work that may have written was sent since the last WAL position learnt: the next
+    /// commit needs its position.
+    wrote: bool,
+    /// While translating a batch: whether a transaction block will be open after the
+    /// messages so far, and whether that prediction is sure.
+    predicted_open: bool,
+    prediction_sure: bool,
+    /// [`Done::Lsn`] entries in `expect`: the replies before them are held until they answer.
+    lsn_outstanding: usize,
+    /// The value in the [`Done::Lsn`] reply being read.
+    lsn_seen: Option<u64>,
+    /// A ReadyForQuery `I` ended a transaction that may have written and no WAL position was
+    /// queued behind it: ask for it before the replies are released.
+    commit_unrecorded: bool,
+    /// The batch runs on this replica.
+    replica_read: Option<usize>,
+    /// Some replies of this batch were written to the client already.
+    flushed_mid_batch: bool,
+    /// The replica read failed before any reply reached the client: run it on the primary
+    /// (and take the replica out of rotation if `.0`).
+    retry_on_primary: Option<(bool, String)>,
+    /// `None`: strict reads. `Some(bound)`: reads may miss commits this old (`serializable`
+    /// or `ringwire.max_replica_lag_ms`).
+    staleness: Option<Duration>,
+    /// `default_transaction_isolation` is serializable, which a hot standby refuses: replica
+    /// connections get `repeatable read` instead (the same for a read-only statement).
+    serializable: bool,
 }
 
 fn fingerprint(startup: &[(String, String)], sets: &[(String, String)]) -> u64 {
@@ -200,6 +263,7 @@ impl Session {
             }
         }
         let settings = fingerprint(&startup_sets, &[]);
+        let (staleness, serializable) = read_rules(&startup_sets, &[]);
         let mut session = Session {
             shard,
             server: None,
@@ -217,6 +281,17 @@ impl Session {
             copy_in: false,
             skip_until_sync: false,
             to_send: Vec::new(),
+            wrote: false,
+            predicted_open: false,
+            prediction_sure: true,
+            lsn_outstanding: 0,
+            lsn_seen: None,
+            commit_unrecorded: false,
+            replica_read: None,
+            flushed_mid_batch: false,
+            retry_on_primary: None,
+            staleness,
+            serializable,
             shown: Vec::new(),
         };
         session.shown = session
@@ -322,8 +397,76 @@ impl Session {
         out: &mut Vec<u8>,
         client: &mut (dyn AsyncWrite + Unpin),
     ) -> Result<(), PgError> {
+        let mut replica = None;
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.host != Host::Primary)
+        {
+            // A replica connection is never kept past a batch (replica batches are read-only
+            // autocommit work ending in Sync/Query); if one were, this batch must not run on it
+            // unchecked.
+            debug_assert!(false, "a replica connection was held past its batch");
+            if self.expect.is_empty() && self.tx == b'I' && !self.pinned {
+                if let Some(server) = self.server.take() {
+                    self.shard.release(server);
+                }
+            }
+        }
         if self.server.is_none() {
-            match self.shard.acquire(self.settings).await {
+            replica = self.pick_replica(frames).await;
+            if let Some(i) = replica {
+                match self.shard.acquire(Host::Replica(i), self.settings).await {
+                    Ok(server) => self.server = Some(server),
+                    Err(why) => {
+                        self.shard.replica_failed(i, &why);
+                        replica = None;
+                    }
+                }
+            }
+            if self.server.is_none() {
+                match self.shard.acquire(Host::Primary, self.settings).await {
+                    Ok(server) => self.server = Some(server),
+                    Err(why) => {
+                        log::warn!("upstream: {why}");
+                        self.fail_locally(frames, out, lost(&why));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let out_start = out.len();
+        // A retry parses the batch's statements again: undo what the first attempt did to
+        // the client's statement names.
+        let saved_statements = replica
+            .filter(|_| frames_name_statements(frames))
+            .map(|_| self.statements.clone());
+        self.replica_read = replica;
+        self.flushed_mid_batch = false;
+        self.run_batch(frames, cancel, out, client).await?;
+        if let Some((replica_down, why)) = self.retry_on_primary.take() {
+            let i = replica.expect("only replica reads are retried");
+            if replica_down {
+                self.shard.replica_failed(i, &why);
+            }
+            log::debug!("replica read retried on the primary: {why}");
+            out.truncate(out_start);
+            if let Some(saved) = saved_statements {
+                self.statements = saved;
+            }
+            self.skip_until_sync = false;
+            if let Some(server) = self.server.take() {
+                if self.expect.is_empty() && self.tx == b'I' {
+                    self.shard.release(server);
+                }
+            }
+            self.expect.clear();
+            self.must_answer = 0;
+            self.replica_read = None;
+            // The standby refused a write the text scan let through (e.g. a user function
+            // named like a built-in): on the primary it commits, so learn its position.
+            self.wrote = !self.shard.replicas.is_empty();
+            match self.shard.acquire(Host::Primary, self.settings).await {
                 Ok(server) => self.server = Some(server),
                 Err(why) => {
                     log::warn!("upstream: {why}");
@@ -331,8 +474,102 @@ impl Session {
                     return Ok(());
                 }
             }
+            self.run_batch(frames, cancel, out, client).await?;
         }
+        self.replica_read = None;
+        if self.expect.is_empty() && !self.copy_in && self.tx == b'I' && !self.pinned {
+            if let Some(server) = self.server.take() {
+                self.shard.release(server);
+            }
+        }
+        Ok(())
+    }
+
+    /// A replica for this batch, or `None` for the primary: only a batch that is certainly
+    /// read-only autocommit work, on a session with no transaction, pinned state or replies
+    /// outstanding; then the oracle decides (see [`ShardUpstream::replica_for`]).
+    async fn pick_replica(&self, frames: &[u8]) -> Option<usize> {
+        if self.shard.replicas.is_empty()
+            || self.tx != b'I'
+            || self.pinned
+            || self.copy_in
+            || self.skip_until_sync
+            || !self.expect.is_empty()
+            || !self.pending_sets.is_empty()
+            // A commit whose position is not known yet (see `commit_unrecorded`): this batch
+            // goes to the primary, which learns it at its end.
+            || self.wrote
+            || !self.batch_reads_only(frames)
+        {
+            return None;
+        }
+        // The read's timestamp: every commit acknowledged before this instant is at or
+        // before it.
+        let lsn = self.shard.applied_lsn();
+        self.shard.replica_for(lsn, self.staleness).await
+    }
+
+    /// Every message of the batch is part of a read-only autocommit statement, and the batch
+    /// ends with Sync or Query (so the connection goes back at its end).
+    fn batch_reads_only(&self, frames: &[u8]) -> bool {
+        // Statements parsed earlier in this batch (few: a pipeline of Parse messages longer
+        // than this goes to the primary).
+        let mut parsed: [(&str, bool); 8] = [("", false); 8];
+        let mut n_parsed = 0;
+        let lookup = |parsed: &[(&str, bool)], name: &str| {
+            parsed
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == name)
+                .map(|p| p.1)
+                .or_else(|| self.statements.get(name).map(|s| s.route.read_only))
+                .unwrap_or(false)
+        };
+        let mut last = 0;
+        let mut rest = frames;
+        while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+            rest = &rest[len..];
+            last = frame.tag;
+            let ok = match FrontendMessage::parse(frame) {
+                Ok(FrontendMessage::Query { sql }) => read_only(sql),
+                Ok(FrontendMessage::Parse { name, sql, .. }) if n_parsed < parsed.len() => {
+                    let ro = read_only(sql);
+                    parsed[n_parsed] = (name, ro);
+                    n_parsed += 1;
+                    ro
+                }
+                Ok(FrontendMessage::Bind(bind)) => lookup(&parsed[..n_parsed], bind.statement),
+                Ok(FrontendMessage::Describe {
+                    target: Target::Statement,
+                    name,
+                }) => lookup(&parsed[..n_parsed], name),
+                Ok(
+                    FrontendMessage::Describe { .. }
+                    | FrontendMessage::Execute { .. }
+                    | FrontendMessage::Close { .. }
+                    | FrontendMessage::Sync
+                    | FrontendMessage::Flush,
+                ) => true,
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        matches!(last, b'S' | b'Q')
+    }
+
+    /// Translate, send and answer one batch on the held connection.
+    async fn run_batch(
+        &mut self,
+        frames: &[u8],
+        cancel: &CancelToken,
+        out: &mut Vec<u8>,
+        client: &mut (dyn AsyncWrite + Unpin),
+    ) -> Result<(), PgError> {
         self.to_send.clear();
+        self.predicted_open = self.tx != b'I';
+        self.prediction_sure = true;
         let settings_match = self
             .server
             .as_ref()
@@ -363,11 +600,6 @@ impl Session {
             }
         }
         self.collect_replies(cancel, out, client).await;
-        if self.expect.is_empty() && !self.copy_in && self.tx == b'I' && !self.pinned {
-            if let Some(server) = self.server.take() {
-                self.shard.release(server);
-            }
-        }
         Ok(())
     }
 
@@ -376,6 +608,11 @@ impl Session {
         for (_, stmt) in self.startup_sets.iter().chain(self.sets.iter()) {
             q.push_str("; ");
             q.push_str(stmt);
+        }
+        if self.serializable && self.replica_read.is_some() {
+            // "cannot use serializable mode in a hot standby"; a read-only statement sees the
+            // same at repeatable read (one snapshot either way).
+            q.push_str("; SET default_transaction_isolation = 'repeatable read'");
         }
         frontend::encode_query(&mut self.to_send, &q);
         self.expect.push_back(Expect::Server {
@@ -463,11 +700,22 @@ impl Session {
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Query(sets));
                 self.must_answer = self.expect.len();
+                // (A replica batch is read-only: nothing to note.)
+                if !self.shard.replicas.is_empty() && self.replica_read.is_none() {
+                    self.note_route(route(sql));
+                    self.queue_lsn_if_committed();
+                }
             }
             FrontendMessage::FunctionCall => {
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Nothing);
                 self.must_answer = self.expect.len();
+                self.note_route(Route {
+                    read_only: false,
+                    writes: true,
+                    tx: TxControl::None,
+                });
+                self.queue_lsn_if_committed();
             }
             FrontendMessage::Parse {
                 name,
@@ -498,6 +746,11 @@ impl Session {
                     sql: sql.into(),
                     param_types: types,
                     upstream,
+                    route: if self.shard.replicas.is_empty() {
+                        Route::PRIMARY_ONLY
+                    } else {
+                        route(sql)
+                    },
                 });
                 self.statements.insert(name.into(), stmt.clone());
                 let server = self.server.as_mut().expect("held while translating");
@@ -525,6 +778,7 @@ impl Session {
                     return Ok(());
                 };
                 self.ensure_prepared(&stmt);
+                self.note_route(stmt.route);
                 // Bind = portal, statement, then the rest unchanged.
                 let body = &raw[5..];
                 let portal_end = body.iter().position(|&b| b == 0).expect("parsed") + 1;
@@ -589,6 +843,7 @@ impl Session {
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Sync, true, Done::Nothing);
                 self.must_answer = self.expect.len();
+                self.queue_lsn_if_committed();
             }
             FrontendMessage::Flush => {
                 self.to_send.extend_from_slice(raw);
@@ -607,6 +862,38 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// A statement is about to run: note whether it may write and what it does to the
+    /// transaction block.
+    fn note_route(&mut self, r: Route) {
+        // Without replicas nobody reads the applied LSN: commits are not tracked.
+        self.wrote |= r.writes && !self.shard.replicas.is_empty();
+        match r.tx {
+            TxControl::None => {}
+            TxControl::Begin => self.predicted_open = true,
+            TxControl::End => self.predicted_open = false,
+            TxControl::Unsure => self.prediction_sure = false,
+        }
+    }
+
+    /// After a client's Sync, Query or FunctionCall: if it surely leaves the session idle
+    /// (its work committed) and something may have written, queue [`LSN_QUERY`] right
+    /// behind it. If the prediction is not sure, the ReadyForQuery tells
+    /// (`commit_unrecorded`) and the position is asked then, one round trip later.
+    fn queue_lsn_if_committed(&mut self) {
+        if !self.wrote
+            || self.predicted_open
+            || !self.prediction_sure
+            || self.replica_read.is_some()
+        {
+            return;
+        }
+        frontend::encode_query(&mut self.to_send, LSN_QUERY);
+        self.push(Kind::Query, false, Done::Lsn);
+        self.must_answer = self.expect.len();
+        self.lsn_outstanding += 1;
+        self.wrote = false;
     }
 
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
@@ -668,6 +955,7 @@ impl Session {
                 }
             }
             self.settings = fingerprint(&self.startup_sets, &self.sets);
+            (self.staleness, self.serializable) = read_rules(&self.startup_sets, &self.sets);
             if let Some(server) = self.server.as_mut() {
                 // The server ran them; after RESET ALL it lost the startup values too, so the
                 // next batch replays.
@@ -716,12 +1004,43 @@ impl Session {
                     _ => break,
                 }
             }
+            if self.commit_unrecorded && self.lsn_outstanding > 0 {
+                // A WAL position queued later covers the earlier commit too.
+                self.commit_unrecorded = false;
+            }
+            // Before returning: the commit's ReadyForQuery is in `out`, and the replies are
+            // released when this returns.
+            if self.commit_unrecorded && self.expect.is_empty() {
+                self.commit_unrecorded = false;
+                self.wrote = false;
+                let mut q = Vec::with_capacity(LSN_QUERY.len() + 6);
+                frontend::encode_query(&mut q, LSN_QUERY);
+                let Some(server) = self.server.as_mut() else {
+                    return; // lost with it: the client gets 08006, not an acknowledgement
+                };
+                if let Err(e) = server.stream.write_all(&q).await {
+                    self.upstream_lost(out, &e.to_string());
+                    return;
+                }
+                self.push(Kind::Query, false, Done::Lsn);
+                self.must_answer = self.expect.len();
+                self.lsn_outstanding += 1;
+            }
             if self.must_answer == 0 {
                 return;
             }
-            if out.len() >= CLIENT_FLUSH_BYTES {
+            if out.len() >= CLIENT_FLUSH_BYTES
+                && self.lsn_outstanding == 0
+                && !self.commit_unrecorded
+                && self.retry_on_primary.is_none()
+            {
+                // Not while a commit's WAL position is outstanding (its ReadyForQuery may be
+                // in `out`, and the client must not see it before the oracle moved), nor once
+                // a replica read is to be run again on the primary (its replies so far are
+                // dropped).
                 let _ = client.write_all(out).await;
                 out.clear();
+                self.flushed_mid_batch = true;
             }
             let server = self.server.as_mut().expect("replies outstanding");
             let frame = match server.buf.frame() {
@@ -750,7 +1069,7 @@ impl Session {
                         // This client's statement is the one running on this connection:
                         // pass the cancel on to its backend.
                         cancel.reset();
-                        let config = self.shard.config.clone();
+                        let config = self.shard.pool(server.host).config.clone();
                         let (pid, key) = (server.process_id, server.secret_key);
                         glommio::spawn_local(async move {
                             super::client::send_cancel(&config, pid, key).await
@@ -777,10 +1096,19 @@ impl Session {
     fn on_reply(&mut self, tag: u8, len: usize, out: &mut Vec<u8>) -> bool {
         let server = self.server.as_ref().expect("replies outstanding");
         let raw = &server.buf.data()[..len];
-        let Some(Expect::Server { kind, emit, .. }) = self.expect.front() else {
+        let Some(Expect::Server { kind, emit, done }) = self.expect.front() else {
             unreachable!("local replies are written before waiting on the server")
         };
-        let (kind, emit) = (*kind, *emit);
+        let (kind, emit, lsn) = (*kind, *emit, matches!(done, Done::Lsn));
+        if lsn && tag == b'D' {
+            self.lsn_seen = data_row_text(raw).and_then(super::client::parse_lsn);
+            return false;
+        }
+        if lsn && tag == b'E' && !is_fatal(raw) {
+            // In a failed block (a misprediction): nothing committed; its ReadyForQuery says
+            // so and `wrote` stays.
+            return false;
+        }
         let terminal = match (tag, kind) {
             // Asynchronous messages: notices, parameter changes, notifications.
             (b'N' | b'A', _) => {
@@ -797,7 +1125,7 @@ impl Session {
             }
             (b'E', _) => {
                 let body = raw.get(5..).unwrap_or_default();
-                if matches!(error_field(body, b'V').as_deref(), Some("FATAL" | "PANIC")) {
+                if is_fatal(raw) {
                     // The server is closing this connection (terminated, shut down): report
                     // it once, as the connection loss it is.
                     let why = error_field(body, b'M').unwrap_or_default();
@@ -805,6 +1133,17 @@ impl Session {
                     return true;
                 }
                 let code = error_field(body, b'C');
+                if self.replica_read.is_some()
+                    && !self.flushed_mid_batch
+                    && matches!(code.as_deref(), Some("25006" | "40001" | "0A000"))
+                {
+                    // Not the client's error but the standby's: a write the text scan let
+                    // through (25006), a conflict with recovery (40001), something a standby
+                    // does not support (0A000). The batch is run again on the primary once
+                    // this connection is back at ReadyForQuery.
+                    self.retry_on_primary
+                        .get_or_insert((false, error_field(body, b'M').unwrap_or_default()));
+                }
                 out.extend_from_slice(raw);
                 self.tx_rolled_back = true;
                 if code.as_deref() == Some("0A000") {
@@ -888,6 +1227,15 @@ impl Session {
                 self.tx_rolled_back = false;
             }
             Done::Query(sets) => self.pending_sets.extend(sets),
+            Done::Lsn => {
+                self.lsn_outstanding -= 1;
+                match (status, self.lsn_seen.take()) {
+                    // Idle: every commit before it ended at or before this position.
+                    (b'I', Some(lsn)) => self.shard.raise_applied(lsn),
+                    // Asked inside a block (a misprediction): the commit is still to come.
+                    _ => self.wrote = true,
+                }
+            }
         }
         if tag == b'Z' {
             if emit {
@@ -895,13 +1243,27 @@ impl Session {
             }
             if status == b'I' && emit {
                 self.end_of_transaction();
+                if self.wrote {
+                    self.commit_unrecorded = true;
+                }
             }
         }
         false
     }
 
-    /// A queued Parse that failed or was skipped: the connection does not have the statement.
+    /// A queued entry that failed or was skipped: a Parse leaves the connection without the
+    /// statement; a WAL position query leaves its commit unrecorded.
     fn undo(&mut self, e: &Expect) {
+        if let Expect::Server {
+            done: Done::Lsn, ..
+        } = e
+        {
+            // Skipped after an error (the server discards it until Sync): no position comes,
+            // so whatever it was to record is still owed.
+            self.lsn_outstanding -= 1;
+            self.wrote = true;
+            return;
+        }
         let Some(server) = self.server.as_mut() else {
             return;
         };
@@ -949,8 +1311,24 @@ impl Session {
     /// should have been, and ReadyForQuery for each Sync/Query it is owed; its transaction is
     /// gone (the server rolls it back) and the next statement gets a fresh connection.
     fn upstream_lost(&mut self, out: &mut Vec<u8>, why: &str) {
-        log::warn!("upstream connection lost: {why}");
         self.server = None;
+        self.lsn_outstanding = 0;
+        self.lsn_seen = None;
+        self.commit_unrecorded = false;
+        // The commit's outcome is unknown to the client (it gets 08006): nothing to record.
+        self.wrote = false;
+        if self.replica_read.is_some() && !self.flushed_mid_batch {
+            // Nothing of this read reached the client: the primary answers it instead.
+            log::info!("replica connection lost: {why}; the read goes to the primary");
+            self.retry_on_primary = Some((true, why.to_string()));
+            self.expect.clear();
+            self.must_answer = 0;
+            self.skip_until_sync = false;
+            self.copy_in = false;
+            self.tx = b'I';
+            return;
+        }
+        log::warn!("upstream connection lost: {why}");
         let err = lost(why);
         let mut reported = false;
         let owed = self.must_answer;
@@ -1037,6 +1415,76 @@ impl Session {
     }
 }
 
+/// The message (with its header) is an ErrorResponse that ends the connection.
+fn is_fatal(raw: &[u8]) -> bool {
+    let body = raw.get(5..).unwrap_or_default();
+    matches!(error_field(body, b'V').as_deref(), Some("FATAL" | "PANIC"))
+}
+
+/// The first column of a DataRow (with its header), as text.
+fn data_row_text(raw: &[u8]) -> Option<&str> {
+    let body = raw.get(5..)?;
+    let len = i32::from_be_bytes(body.get(2..6)?.try_into().ok()?);
+    let len = usize::try_from(len).ok()?;
+    std::str::from_utf8(body.get(6..6 + len)?).ok()
+}
+
+/// The batch has Parse or Close messages (which change the client's statement names).
+fn frames_name_statements(frames: &[u8]) -> bool {
+    let mut rest = frames;
+    while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+        rest = &rest[len..];
+        if matches!(frame.tag, b'P' | b'C') {
+            return true;
+        }
+    }
+    false
+}
+
+/// What the session's settings say about replica reads: the staleness a read accepts
+/// (`None`: strict), and whether the default isolation is serializable.
+/// `ringwire.max_replica_lag_ms` (a positive number) bounds it; `serializable` alone allows
+/// [`SERIALIZABLE_STALENESS_MAX`]. Later settings win; a value that is not a number is
+/// ignored (PostgreSQL keeps it as a placeholder string and so does the session).
+fn read_rules(startup: &[(String, String)], sets: &[(String, String)]) -> (Option<Duration>, bool) {
+    let mut serializable = false;
+    let mut lag_ms = None;
+    for (name, stmt) in startup.iter().chain(sets) {
+        match name.as_str() {
+            "default_transaction_isolation" => {
+                serializable = setting_value(stmt, name).starts_with("serializable")
+            }
+            "ringwire.max_replica_lag_ms" => lag_ms = setting_value(stmt, name).parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    let staleness = match lag_ms {
+        Some(ms) if ms > 0 => Some(Duration::from_millis(ms)),
+        _ if serializable => Some(SERIALIZABLE_STALENESS_MAX),
+        _ => None,
+    };
+    (staleness, serializable)
+}
+
+/// The value a `SET name {TO|=} value` statement gives, unquoted and lower-cased.
+fn setting_value(stmt: &str, name: &str) -> String {
+    let lower = stmt.to_ascii_lowercase();
+    let Some(at) = lower.find(name) else {
+        return String::new();
+    };
+    let rest = lower[at + name.len()..].trim_start();
+    let rest = rest
+        .strip_prefix('=')
+        .or_else(|| rest.strip_prefix("to "))
+        .unwrap_or(rest)
+        .trim()
+        .trim_end_matches(';')
+        .trim();
+    rest.trim_matches(|c| c == '\'' || c == '"')
+        .trim()
+        .to_string()
+}
+
 /// One field of an ErrorResponse body (`C` SQLSTATE, `V` severity, `M` message).
 fn error_field(body: &[u8], code: u8) -> Option<String> {
     let mut i = 0;
@@ -1051,4 +1499,62 @@ fn error_field(body: &[u8], code: u8) -> Option<String> {
         i = end + 1;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(name: &str, stmt: &str) -> (String, String) {
+        (name.to_string(), stmt.to_string())
+    }
+
+    #[test]
+    fn replica_read_rules_from_settings() {
+        assert_eq!(read_rules(&[], &[]), (None, false));
+        let lag = set(
+            "ringwire.max_replica_lag_ms",
+            "SET ringwire.max_replica_lag_ms = 250",
+        );
+        assert_eq!(
+            read_rules(&[], std::slice::from_ref(&lag)),
+            (Some(Duration::from_millis(250)), false)
+        );
+        let quoted = set(
+            "ringwire.max_replica_lag_ms",
+            "set session ringwire.max_replica_lag_ms to '40';",
+        );
+        assert_eq!(
+            read_rules(&[], &[quoted]).0,
+            Some(Duration::from_millis(40))
+        );
+        let serializable = set(
+            "default_transaction_isolation",
+            "SET default_transaction_isolation TO 'serializable'",
+        );
+        assert_eq!(
+            read_rules(std::slice::from_ref(&serializable), &[]),
+            (Some(SERIALIZABLE_STALENESS_MAX), true)
+        );
+        // An explicit bound wins over serializable's default; 0 or garbage is strict.
+        assert_eq!(
+            read_rules(std::slice::from_ref(&serializable), &[lag]).0,
+            Some(Duration::from_millis(250))
+        );
+        let zero = set(
+            "ringwire.max_replica_lag_ms",
+            "SET ringwire.max_replica_lag_ms = 0",
+        );
+        assert_eq!(read_rules(&[], &[zero]), (None, false));
+        let garbage = set(
+            "ringwire.max_replica_lag_ms",
+            "SET ringwire.max_replica_lag_ms = 'soon'",
+        );
+        assert_eq!(read_rules(&[], &[garbage]), (None, false));
+        let rr = set(
+            "default_transaction_isolation",
+            "set default_transaction_isolation = 'repeatable read'",
+        );
+        assert_eq!(read_rules(&[serializable], &[rr]), (None, false));
+    }
 }

@@ -23,6 +23,30 @@ pub struct Postgres {
     child: Option<Child>,
 }
 
+/// A fresh temp dir owned by the `postgres` user, and the binaries' directory.
+fn new_dir() -> (PathBuf, PathBuf) {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let bin = bin_dir();
+    let dir = std::env::temp_dir().join(format!(
+        "ringwire-pg-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("create the PostgreSQL temp dir");
+    let status = Command::new("chown")
+        .arg("postgres:")
+        .arg(&dir)
+        .status()
+        .expect("run chown");
+    assert!(
+        status.success(),
+        "chown postgres {} failed (does user postgres exist?)",
+        dir.display()
+    );
+    (bin, dir)
+}
+
 /// Directory holding `initdb`, `postgres` and `pg_ctl`.
 fn bin_dir() -> PathBuf {
     if Path::new("/usr/local/bin/postgres").exists() && Path::new("/usr/local/bin/initdb").exists()
@@ -45,6 +69,17 @@ fn bin_dir() -> PathBuf {
     })
 }
 
+/// A client program: next to the server binaries if it is there, else on PATH (Debian's
+/// `postgresql-client` wrappers in /usr/bin).
+fn tool(bin: &Path, name: &str) -> PathBuf {
+    let beside = bin.join(name);
+    if beside.exists() {
+        beside
+    } else {
+        PathBuf::from(name)
+    }
+}
+
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local addr").port()
@@ -63,25 +98,7 @@ impl Postgres {
     /// # Panics
     /// When any step fails, with the step's output in the message.
     pub fn start() -> Postgres {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let bin = bin_dir();
-        let dir = std::env::temp_dir().join(format!(
-            "ringwire-pg-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("create the PostgreSQL temp dir");
-        let status = Command::new("chown")
-            .arg("postgres:")
-            .arg(&dir)
-            .status()
-            .expect("run chown");
-        assert!(
-            status.success(),
-            "chown postgres {} failed (does user postgres exist?)",
-            dir.display()
-        );
+        let (bin, dir) = new_dir();
         let data = dir.join("data");
         let out = as_postgres(&bin.join("initdb"))
             .arg("-D")
@@ -95,37 +112,105 @@ impl Postgres {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        Postgres::run(bin, dir)
+    }
+
+    /// A hot standby of `primary`, streaming from it: `pg_basebackup -R` (as the `postgres`
+    /// user, WAL streamed during the copy, fast checkpoint, no fsync) into a temp dir, started
+    /// on another free port. Returns once it is in recovery and has replayed everything the
+    /// primary had written when it started. PostgreSQL 15's defaults already allow this
+    /// (`wal_level=replica`, `max_wal_senders=10`, and initdb's `trust` hba lines for
+    /// `replication` from 127.0.0.1), so the primary needs no restart.
+    pub fn start_standby(primary: &Postgres) -> Postgres {
+        let (bin, dir) = new_dir();
+        let out = as_postgres(&tool(&bin, "pg_basebackup"))
+            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", "postgres", "-D"])
+            .arg(dir.join("data"))
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+            .output()
+            .expect("run pg_basebackup via runuser");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The end of the primary's WAL: its insert position, or the page start when that is
+        // just past a page header (always so after the backup's segment switch; the standby's
+        // replay position stays at the page start until the next record is written).
+        let target = primary.query_value(
+            "select case when (l - '0/0') % 16777216 = 40 or (l - '0/0') % 8192 = 24 \
+             then l - ((l - '0/0') % 8192) else l end \
+             from (select pg_current_wal_insert_lsn() as l) as x",
+        );
+        let standby = Postgres::run(bin, dir);
+        let deadline = Instant::now() + STARTUP_WAIT_MAX;
+        loop {
+            let caught_up = standby.query_value(&format!(
+                "select pg_is_in_recovery() and pg_last_wal_replay_lsn() >= '{target}'"
+            ));
+            if caught_up == "t" {
+                return standby;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the standby did not catch up with {target} within {STARTUP_WAIT_MAX:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The first column of the first row of `sql`, run with psql (empty for no row).
+    ///
+    /// # Panics
+    /// When psql fails.
+    pub fn query_value(&self, sql: &str) -> String {
+        let out = Command::new(tool(&self.bin, "psql"))
+            .args(["-X", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+            ])
+            .arg(sql)
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "psql {sql:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Stop the server at once (`pg_ctl stop -m immediate`), as a crash would; the data
+    /// directory stays until drop.
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
+    /// Start the server in `dir/data` on a free port.
+    fn run(bin: PathBuf, dir: PathBuf) -> Postgres {
         // A port found free can be taken before the server binds it; try a few.
         let mut last_log = String::new();
         for _ in 0..3 {
-            let port = free_port();
-            let log_path = dir.join(format!("server-{port}.log"));
-            let log = fs::File::create(&log_path).expect("create the server log");
-            let child = as_postgres(&bin.join("postgres"))
-                .arg("-D")
-                .arg(&data)
-                .args(["-p", &port.to_string(), "-k"])
-                .arg(&dir)
-                .args([
-                    "-c",
-                    "listen_addresses=127.0.0.1",
-                    "-c",
-                    "fsync=off",
-                    "-c",
-                    "max_connections=200",
-                ])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("clone log handle"))
-                .stderr(log)
-                .spawn()
-                .expect("spawn postgres via runuser");
             let mut pg = Postgres {
-                port,
+                port: free_port(),
                 dir: dir.clone(),
                 bin: bin.clone(),
-                child: Some(child),
+                child: None,
             };
-            match pg.wait_ready(&log_path) {
+            match pg.spawn() {
                 Ok(()) => return pg,
                 Err(log) => {
                     last_log = log;
@@ -138,12 +223,60 @@ impl Postgres {
         panic!("PostgreSQL did not start within {STARTUP_WAIT_MAX:?}; server log:\n{last_log}");
     }
 
-    /// Waits for "ready to accept connections" in the log and a TCP connect to succeed.
-    fn wait_ready(&mut self, log_path: &Path) -> Result<(), String> {
+    /// Start a server stopped by [`Postgres::kill`] again, on its port (a standby resumes
+    /// streaming from where it was).
+    ///
+    /// # Panics
+    /// When it does not start.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the server is running");
+        if let Err(log) = self.spawn() {
+            panic!("PostgreSQL did not restart; server log:\n{log}");
+        }
+    }
+
+    /// Spawn the postmaster on `self.port` and wait until it accepts connections.
+    fn spawn(&mut self) -> Result<(), String> {
+        let log_path = self.dir.join(format!("server-{}.log", self.port));
+        let log = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("open the server log");
+        let seen = log.metadata().map_or(0, |m| m.len() as usize);
+        let child = as_postgres(&self.bin.join("postgres"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.dir)
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn postgres via runuser");
+        self.child = Some(child);
+        self.wait_ready(&log_path, seen)
+    }
+
+    /// Waits for "ready to accept connections" in the log (past its first `seen` bytes, from
+    /// earlier runs) and a TCP connect to succeed.
+    fn wait_ready(&mut self, log_path: &Path, seen: usize) -> Result<(), String> {
         let deadline = Instant::now() + STARTUP_WAIT_MAX;
         loop {
             let log = fs::read_to_string(log_path).unwrap_or_default();
-            if log.contains("ready to accept connections")
+            // "…ready to accept connections", or "read-only connections" on a standby.
+            if log
+                .get(seen..)
+                .unwrap_or_default()
+                .contains("ready to accept ")
                 && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
             {
                 return Ok(());
