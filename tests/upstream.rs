@@ -261,21 +261,29 @@ async fn cancel_reaches_the_running_upstream_statement_only() {
             ""
         );
         let started = Instant::now();
-        let sleeper = tokio::spawn(async move {
+        let mut sleeper = tokio::spawn(async move {
             client
                 .simple_query("select pg_sleep(10)")
                 .await
                 .map(|_| client)
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        token.cancel_query(NoTls).await.unwrap();
-        let err = match sleeper.await.unwrap() {
+        // A cancel that arrives before the statement reached the server is dropped (as above),
+        // and on a loaded machine 300 ms may not be enough for it to get there: cancel again,
+        // as a user would, until it ends.
+        let outcome = loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            token.cancel_query(NoTls).await.unwrap();
+            if let Ok(done) = tokio::time::timeout(Duration::from_millis(700), &mut sleeper).await {
+                break done.unwrap();
+            }
+        };
+        let err = match outcome {
             Ok(_) => panic!("pg_sleep(10) was not cancelled"),
             Err(e) => e,
         };
         assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED), "{err}");
         assert!(
-            started.elapsed() < Duration::from_secs(3),
+            started.elapsed() < Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
