@@ -54,6 +54,7 @@ use smallvec::SmallVec;
 use crate::compute::exec;
 use crate::compute::storage::{Table, View};
 use crate::compute::{IndexDef, TableDef, TableId, TableRef, Timestamp, TxId};
+use crate::replica::{Fallback, Replica, ReplicaBatch, ReplicaEvent, TableWrites};
 use crate::sql::expr::SessionInfo;
 use crate::sql::plan::{self, TablePlan};
 use crate::stats::{self, Counters, Hist, ShardStats};
@@ -84,15 +85,24 @@ pub struct Shared {
     /// per query) and plan against their copy; only DDL takes the write lock.
     catalog: RwLock<Catalog>,
     catalog_version: AtomicU64,
+    /// `--read-replicas`: shards other than the compute's keep a replica of every table and
+    /// serve reads from it when it is fresh enough (`crate::replica`).
+    pub read_replicas: bool,
 }
 
 impl Shared {
+    /// With read replicas (the default).
     pub fn new(shards: usize) -> Arc<Shared> {
+        Self::with_read_replicas(shards, true)
+    }
+
+    pub fn with_read_replicas(shards: usize, read_replicas: bool) -> Arc<Shared> {
         Arc::new(Shared {
             frontiers: Arc::new(Frontiers::new(shards)),
             holds: Holds::new(shards),
             catalog: RwLock::new(Catalog::default()),
             catalog_version: AtomicU64::new(0),
+            read_replicas: read_replicas && shards > 1,
         })
     }
 
@@ -276,6 +286,9 @@ pub enum Message {
         /// variant.
         stats: Box<ShardStats>,
     },
+    /// Commits and DDL for this shard's read replica, in compute order (one `Arc`'d batch
+    /// shared by every shard).
+    Replicate(ReplicaBatch),
 }
 
 /// Encode one row of `columns` as a DataRow in `formats` (missing formats are text).
@@ -433,6 +446,28 @@ pub struct Compute {
     /// Time to run a peek, in µs (with metrics on).
     pub peek_us: Hist,
     metrics_on: bool,
+    /// Table definitions as of the last catalog change the compute announced: DDL that
+    /// changes them bumps the catalog version and ships the changed tables to the replicas.
+    announced: RefCell<HashMap<TableId, TableRef>>,
+    /// Commits and DDL not yet shipped to the replicas (None: replicas off).
+    replication: Option<Replication>,
+}
+
+/// The compute's outbox to the read replicas.
+#[derive(Default)]
+struct Replication {
+    pending: RefCell<Vec<ReplicaEvent>>,
+    /// The shipper task, parked until an event is queued.
+    shipper: Cell<Option<Waker>>,
+}
+
+impl Replication {
+    fn push(&self, event: ReplicaEvent) {
+        self.pending.borrow_mut().push(event);
+        if let Some(shipper) = self.shipper.take() {
+            shipper.wake();
+        }
+    }
 }
 
 fn deadlock() -> PgError {
@@ -444,7 +479,6 @@ fn deadlock() -> PgError {
 impl Compute {
     pub fn new(shared: Arc<Shared>) -> Compute {
         Compute {
-            shared,
             tables: RefCell::new(HashMap::new()),
             locks: RefCell::new(HashMap::new()),
             waiting_for: RefCell::new(HashMap::new()),
@@ -455,6 +489,46 @@ impl Compute {
             commits_since_compaction: Cell::new(0),
             peek_us: Hist::default(),
             metrics_on: metrics_on(),
+            announced: RefCell::new(HashMap::new()),
+            replication: shared.read_replicas.then(Replication::default),
+            shared,
+        }
+    }
+
+    /// Events for the replicas queued since the last call (None if none or replicas off).
+    fn take_replica_events(&self) -> Option<Vec<ReplicaEvent>> {
+        let replication = self.replication.as_ref()?;
+        let mut pending = replication.pending.borrow_mut();
+        (!pending.is_empty()).then(|| std::mem::take(&mut *pending))
+    }
+
+    /// After DDL (whether it succeeded or not: a multi-table DROP can fail half-way): if the
+    /// tables' definitions changed, bump the catalog version every shard checks and ship a
+    /// committed copy of each changed table to the replicas, after every earlier commit.
+    fn announce_schema(&self) {
+        let tables = self.tables.borrow();
+        let mut announced = self.announced.borrow_mut();
+        let changed: Vec<TableId> = tables
+            .iter()
+            .filter(|(id, t)| !announced.get(id).is_some_and(|d| Arc::ptr_eq(d, t.def_ref())))
+            .map(|(id, _)| *id)
+            .collect();
+        let dropped = announced.keys().any(|id| !tables.contains_key(id));
+        if changed.is_empty() && !dropped {
+            return;
+        }
+        announced.retain(|id, _| tables.contains_key(id));
+        for id in &changed {
+            announced.insert(*id, tables[id].def_ref().clone());
+        }
+        let catalog_version = self.shared.catalog_version.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(replication) = &self.replication {
+            replication.push(ReplicaEvent::Schema {
+                catalog_version,
+                tables: tables.keys().copied().collect(),
+                copies: changed.iter().map(|id| tables[id].committed_copy()).collect(),
+                compacted_below: self.compacted_below.get(),
+            });
         }
     }
 
@@ -584,15 +658,19 @@ impl Compute {
                 }
                 result
             }
-            Request::Ddl { plan } => self.ddl(&plan).await,
+            Request::Ddl { plan } => {
+                let reply = self.ddl(&plan).await;
+                self.announce_schema();
+                reply
+            }
             Request::AddIndex {
                 table,
                 index,
                 primary,
             } => {
-                self.add_index(&table, index, primary).await?;
-                self.shared.catalog_version.fetch_add(1, Ordering::AcqRel);
-                Ok(Answer::default())
+                let added = self.add_index(&table, index, primary).await;
+                self.announce_schema();
+                added.map(|()| Answer::default())
             }
         }
     }
@@ -810,14 +888,29 @@ impl Compute {
         let ts = self.last_commit.get() + 1;
         let mut tables = self.tables.borrow_mut();
         let mut locks = self.locks.borrow_mut();
+        let mut writes = Vec::new();
         for id in &held {
             if let Some(t) = tables.get_mut(id) {
-                t.commit(tx, ts);
+                match &self.replication {
+                    None => t.commit(tx, ts),
+                    Some(_) => {
+                        let mut rows = Vec::new();
+                        t.commit_with(tx, ts, |rid, data| rows.push((rid, data.map(Box::from))));
+                        if !rows.is_empty() {
+                            writes.push(TableWrites { table: *id, rows });
+                        }
+                    }
+                }
             }
             locks.remove(id);
         }
         self.last_commit.set(ts);
         self.shared.frontiers.publish(ts);
+        // Queued after the publish and shipped later: the commit never waits for a replica
+        // (a replica that has not applied `ts` is stale for reads at `ts` and falls back).
+        if let Some(replication) = &self.replication {
+            replication.push(ReplicaEvent::Commit { ts, writes });
+        }
         drop((tables, locks));
         self.released.notify_all();
         let commits = self.commits_since_compaction.get() + 1;
@@ -976,7 +1069,7 @@ impl Compute {
                 ))
             }
         }
-        self.shared.catalog_version.fetch_add(1, Ordering::AcqRel);
+        // The catalog version moves in `announce_schema`, when the tables did change.
         Ok(answer)
     }
 }
@@ -1247,6 +1340,8 @@ pub struct Dispatcher {
     pub shard_id: usize,
     mesh: Mesh<Message>,
     pub compute: Option<Rc<Compute>>,
+    /// This shard's read replica of the compute's tables (other shards, `--read-replicas on`).
+    pub replica: Option<Rc<Replica>>,
     /// This shard's counters (the engine's and the dispatcher's).
     pub counters: Counters,
     outbox: RefCell<RequestBatch>,
@@ -1268,11 +1363,14 @@ impl Dispatcher {
     /// on the compute shard, the compaction timer).
     pub fn new(mesh: Mesh<Message>, shared: Arc<Shared>) -> Rc<Dispatcher> {
         let shard_id = mesh.shard_id;
+        let replica = (shard_id != COMPUTE_SHARD && shared.read_replicas)
+            .then(|| Rc::new(Replica::new(shard_id, shared.clone())));
         let compute = (shard_id == COMPUTE_SHARD).then(|| Rc::new(Compute::new(shared)));
         let dispatcher = Rc::new(Dispatcher {
             shard_id,
             mesh,
             compute,
+            replica,
             counters: Counters {
                 metrics_on: metrics_on(),
                 ..Counters::default()
@@ -1289,10 +1387,77 @@ impl Dispatcher {
             stats: RefCell::new(HashMap::new()),
         });
         match &dispatcher.compute {
-            Some(compute) => compute.start_compaction_timer(),
+            Some(compute) => {
+                compute.start_compaction_timer();
+                if compute.replication.is_some() {
+                    Self::start_shipper(&dispatcher);
+                }
+            }
             None => Self::start_flusher(&dispatcher),
         }
+        if let Some(replica) = &dispatcher.replica {
+            start_replica_compaction_timer(replica);
+        }
         dispatcher
+    }
+
+    /// The compute shard's task that ships commits and DDL to the replicas: parked until the
+    /// first event of an executor turn wakes it, so it runs after every task already ready in
+    /// that turn and their commits share one message per shard.
+    fn start_shipper(me: &Rc<Self>) {
+        let me = Rc::downgrade(me);
+        glommio::spawn_local(async move {
+            while let Some(dispatcher) = ShipWanted(&me).await {
+                dispatcher.ship_replicas();
+            }
+        })
+        .detach();
+    }
+
+    /// Send every queued replica event to every other shard (one message each, sharing one
+    /// batch). Called by the shipper task, and before any reply leaves the compute, so a
+    /// shard applies a commit before it sees the reply to the write.
+    fn ship_replicas(&self) {
+        let Some(events) = self.compute.as_ref().and_then(|c| c.take_replica_events()) else {
+            return;
+        };
+        let batch: ReplicaBatch = Arc::new(events);
+        for shard in (0..self.mesh.shards()).filter(|&s| s != self.shard_id) {
+            self.send(shard, Message::Replicate(batch.clone()));
+        }
+    }
+
+    /// Send replies from the compute to shard `to`, after any replica events they may depend on.
+    fn reply(&self, to: usize, msg: Message) {
+        self.ship_replicas();
+        self.send(to, msg);
+    }
+
+    /// Run a read against this shard's replica if it provably may serve it (see
+    /// `crate::replica`); counts a hit or a fallback. None: no replica here, or it must go to
+    /// the compute.
+    #[allow(clippy::too_many_arguments)]
+    pub fn replica_peek(
+        &self,
+        plan: &TablePlan,
+        params: &[Value],
+        read: ReadSpec,
+        session: &dyn SessionInfo,
+        formats: &[Format],
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(u64, Timestamp), PgError>> {
+        let replica = self.replica.as_ref()?;
+        match replica.peek(plan, params, read, session, formats, out) {
+            Ok(result) => {
+                Counters::bump(&self.counters.replica_hits);
+                Some(result)
+            }
+            Err(Fallback::Stale) => {
+                Counters::bump(&self.counters.replica_stale);
+                None
+            }
+            Err(Fallback::NotReplicated) => None,
+        }
     }
 
     /// The task that sends the outbox: parked until the first request of an executor turn
@@ -1445,7 +1610,7 @@ impl Dispatcher {
                             let (compute, me) = (compute.clone(), self.clone());
                             glommio::spawn_local(async move {
                                 let reply = compute.handle(request).await;
-                                me.send(
+                                me.reply(
                                     from,
                                     Message::Replies {
                                         replies: vec![(id, reply)],
@@ -1458,7 +1623,7 @@ impl Dispatcher {
                     }
                 }
                 if !replies.is_empty() || batch.capacity() > 0 {
-                    self.send(
+                    self.reply(
                         from,
                         Message::Replies {
                             replies,
@@ -1467,6 +1632,13 @@ impl Dispatcher {
                     );
                 }
             }
+            Message::Replicate(batch) => match &self.replica {
+                Some(replica) => replica.apply(&batch),
+                None => log::error!(
+                    "shard {}: replica events reached a shard without a replica",
+                    self.shard_id
+                ),
+            },
             Message::StatsRequest { .. } | Message::StatsReply { .. } => {
                 log::error!(
                     "shard {}: a stats message reached the dispatcher",
@@ -1559,6 +1731,43 @@ fn keep_spare<T>(pool: &RefCell<Vec<Vec<T>>>, spare: Vec<T>) {
     if spare.capacity() > 0 && pool.len() < SPARES_MAX {
         debug_assert!(spare.is_empty(), "a spare vector must come back empty");
         pool.push(spare);
+    }
+}
+
+/// Compact a replica on a timer as well as every [`COMPACT_EVERY_COMMITS`] commits applied,
+/// so versions go once this shard's last snapshot needing them ends. Holds only a weak
+/// reference: it ends with the replica.
+fn start_replica_compaction_timer(replica: &Rc<Replica>) {
+    let me = Rc::downgrade(replica);
+    glommio::spawn_local(async move {
+        loop {
+            shards::time::sleep(COMPACT_INTERVAL).await;
+            let Some(replica) = me.upgrade() else { return };
+            replica.compact();
+        }
+    })
+    .detach();
+}
+
+/// Resolves when the compute has replica events to ship (None once the dispatcher is gone).
+struct ShipWanted<'a>(&'a Weak<Dispatcher>);
+
+impl Future for ShipWanted<'_> {
+    type Output = Option<Rc<Dispatcher>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(dispatcher) = self.0.upgrade() else {
+            return Poll::Ready(None);
+        };
+        let replication = dispatcher
+            .compute
+            .as_ref()
+            .and_then(|c| c.replication.as_ref())
+            .expect("the shipper runs only with a compute that replicates");
+        if !replication.pending.borrow().is_empty() {
+            return Poll::Ready(Some(dispatcher));
+        }
+        replication.shipper.set(Some(cx.waker().clone()));
+        Poll::Pending
     }
 }
 

@@ -142,6 +142,12 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     metrics: OnOff,
 
+    /// Every shard but the compute's keeps a read replica of every table, fed by the
+    /// compute's commits, and serves reads from it when it provably holds every acknowledged
+    /// write (else the read goes to the compute). Costs a copy of every table per shard.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    read_replicas: OnOff,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -341,6 +347,7 @@ fn main() -> ExitCode {
     }
     logger.init();
     let metrics_listen = cli.metrics_listen;
+    let read_replicas = cli.read_replicas == OnOff::On;
     let upstream = match cli.upstream.take() {
         None => None,
         Some(url) => match upstream_config(&url, cli.upstream_pool_size) {
@@ -418,7 +425,10 @@ fn main() -> ExitCode {
             })
         }
         None => {
-            let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
+            let shared = ringwire::dispatch::Shared::with_read_replicas(
+                config.placement.shard_count(),
+                read_replicas,
+            );
             shards::runtime::run(config, listeners, move |mesh| {
                 let shard = mesh.shard_id;
                 let frontend = Frontend::new(mesh, shared.clone());

@@ -1,0 +1,238 @@
+//! Per-shard read replicas of the compute's tables (`--read-replicas on`, the default).
+//!
+//! **Why.** Every table lives in the compute on shard 0; a read on any other shard used to
+//! cross cores to it and back — with one query in flight, two thread wake-ups per query
+//! (docs/PERF.md). A replica lets such a shard answer reads itself, with the same plans and
+//! the same executor, writing rows straight into the connection's buffer.
+//!
+//! **How it is fed.** After each commit the compute records the commit's effects — per table
+//! written, each row's new committed version (row id and values, or a deletion) at the commit
+//! timestamp — and after each DDL a [`ReplicaEvent::Schema`] with a committed copy of every
+//! table whose definition changed (and the tables that exist). The compute never waits for a
+//! replica: events queue on the compute and travel as one mesh message per flush
+//! ([`ReplicaBatch`], shared by every shard through an `Arc`), sent when the compute's shipper
+//! task runs (after the tasks ready in the same executor turn, so many commits share a
+//! message) and, before any reply the compute sends to a shard, to that reply's channel
+//! first — so a shard applies a commit before it sees the reply to the write (its writer
+//! reads its own write locally). Each shard applies batches in order when its driver drains
+//! the mesh.
+//!
+//! **When a read may use it (the freshness proof).** `applied` is the timestamp of the last
+//! commit applied: everything committed at or below it is in the replica, nothing above it.
+//! The compute stores a commit's timestamp into every shard's frontier slot before it replies
+//! to the writer, so a read at `ts` = its shard's frontier that finds `applied >= ts` sees
+//! every acknowledged write: strict serializable exactly as a read at the compute. A replica
+//! serves a read at `ts` only when `compacted_below <= ts <= applied`, it reflects the current
+//! catalog version (so it has exactly the compute's tables and indexes), and the read carries
+//! no transaction intents; anything else goes to the compute, which is always correct.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use protocol::types::Value;
+use protocol::{Format, PgError};
+
+use crate::compute::storage::{RowId, Table, View};
+use crate::compute::{TableId, Timestamp};
+use crate::dispatch::{run_select, ReadAt, ReadSpec, Shared, COMPACT_EVERY_COMMITS};
+use crate::sql::expr::SessionInfo;
+use crate::sql::plan::TablePlan;
+
+/// Events the compute ships to every replica, in the order they happened on the compute.
+pub enum ReplicaEvent {
+    /// A commit at `ts` and the rows it changed (a commit that changed no row still advances
+    /// `applied`).
+    Commit { ts: Timestamp, writes: Vec<TableWrites> },
+    /// DDL changed the catalog to `catalog_version`: `tables` are every table that exists now,
+    /// `copies` committed copies of those whose definition changed (new, or rebuilt with an
+    /// index), taken at the compute's state after every earlier commit. The compute had
+    /// compacted below `compacted_below` when it copied them.
+    Schema {
+        catalog_version: u64,
+        tables: Vec<TableId>,
+        copies: Vec<Table>,
+        compacted_below: Timestamp,
+    },
+}
+
+/// One table's rows changed by a commit: (row id, new version; None = deleted).
+pub struct TableWrites {
+    pub table: TableId,
+    pub rows: Vec<(RowId, Option<Box<[Value]>>)>,
+}
+
+/// What one mesh message carries to every replica.
+pub type ReplicaBatch = Arc<Vec<ReplicaEvent>>;
+
+/// Why [`Replica::peek`] did not serve a read (it goes to the compute instead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The read's timestamp is above what the replica has applied (or below what it
+    /// compacted), or the replica has not applied the latest DDL yet.
+    Stale,
+    /// Not a read a replica can serve: it needs the block's own intents, or the table is not
+    /// replicated (`ringwire.table_stats`).
+    NotReplicated,
+}
+
+/// One shard's replica of the compute's tables. Only that shard's thread touches it.
+pub struct Replica {
+    shard: usize,
+    shared: Arc<Shared>,
+    tables: RefCell<HashMap<TableId, Table>>,
+    /// Every commit at or below this is applied, none above.
+    applied: Cell<Timestamp>,
+    /// The catalog version the replica's tables match.
+    catalog_version: Cell<u64>,
+    /// No version a read at or above this needs has been dropped.
+    compacted_below: Cell<Timestamp>,
+    commits_since_compaction: Cell<u64>,
+}
+
+impl Replica {
+    pub fn new(shard: usize, shared: Arc<Shared>) -> Replica {
+        Replica {
+            shard,
+            catalog_version: Cell::new(shared.catalog_version()),
+            shared,
+            tables: RefCell::new(HashMap::new()),
+            applied: Cell::new(0),
+            compacted_below: Cell::new(0),
+            commits_since_compaction: Cell::new(0),
+        }
+    }
+
+    /// The timestamp of the last commit applied.
+    pub fn applied(&self) -> Timestamp {
+        self.applied.get()
+    }
+
+    /// Apply a batch shipped by the compute (events in compute order). Allocates: this is the
+    /// commit path, not the read path.
+    pub fn apply(&self, batch: &[ReplicaEvent]) {
+        let mut tables = self.tables.borrow_mut();
+        for event in batch {
+            match event {
+                ReplicaEvent::Commit { ts, writes } => {
+                    debug_assert!(
+                        *ts > self.applied.get(),
+                        "replica on shard {} got commit {ts} after {}",
+                        self.shard,
+                        self.applied.get()
+                    );
+                    for written in writes {
+                        // A table dropped later in compute order is not here; skip it.
+                        let Some(table) = tables.get_mut(&written.table) else {
+                            continue;
+                        };
+                        for (rid, data) in &written.rows {
+                            table.apply_committed(*rid, data.clone(), *ts);
+                        }
+                    }
+                    self.applied.set(*ts);
+                    self.commits_since_compaction
+                        .set(self.commits_since_compaction.get() + 1);
+                }
+                ReplicaEvent::Schema {
+                    catalog_version,
+                    tables: live,
+                    copies,
+                    compacted_below,
+                } => {
+                    tables.retain(|id, _| live.contains(id));
+                    for copy in copies {
+                        tables.insert(copy.def().id, copy.committed_copy());
+                    }
+                    self.catalog_version.set(*catalog_version);
+                    self.compacted_below
+                        .set(self.compacted_below.get().max(*compacted_below));
+                }
+            }
+        }
+        drop(tables);
+        if self.commits_since_compaction.get() >= COMPACT_EVERY_COMMITS {
+            self.compact();
+        }
+    }
+
+    /// Drop versions no read on this shard can need: below the oldest snapshot this shard's
+    /// blocks hold (its own slot in `oracle::Holds`, written only by this thread) and below
+    /// `applied`. Reads outside a block run synchronously against the replica (no await
+    /// between loading the frontier and reading), so no unheld read can be overtaken.
+    pub fn compact(&self) {
+        self.commits_since_compaction.set(0);
+        let mut horizon = self.applied.get();
+        if let Some(held) = self.shared.holds.held(self.shard) {
+            horizon = horizon.min(held);
+        }
+        if horizon <= self.compacted_below.get() {
+            return;
+        }
+        for table in self.tables.borrow_mut().values_mut() {
+            table.compact_replica(horizon);
+        }
+        self.compacted_below.set(horizon);
+    }
+
+    /// Run a SELECT (or COPY TO) plan at `read` against the replica, appending its encoded
+    /// rows to `out`, if the replica provably holds what the read must see (module docs);
+    /// `Err(Fallback)` if the read must go to the compute (then `out` is untouched). Returns
+    /// the row count and the timestamp read at. Allocates nothing for a cached point select.
+    #[allow(clippy::too_many_arguments)]
+    pub fn peek(
+        &self,
+        plan: &TablePlan,
+        params: &[Value],
+        read: ReadSpec,
+        session: &dyn SessionInfo,
+        formats: &[Format],
+        out: &mut Vec<u8>,
+    ) -> Result<Result<(u64, Timestamp), PgError>, Fallback> {
+        let (TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. }) = plan else {
+            return Err(Fallback::NotReplicated);
+        };
+        if read.tx.is_some() {
+            return Err(Fallback::NotReplicated);
+        }
+        let applied = self.applied.get();
+        let ts = match read.at {
+            ReadAt::Frontier(ts) | ReadAt::Snapshot(ts) => ts,
+            // `serializable`: the compute would read at its latest commit. The replica may
+            // stand in only when it holds every acknowledged commit (the frontier) and then
+            // reads at everything it has.
+            ReadAt::Latest if applied >= self.shared.frontiers.read(self.shard) => applied,
+            ReadAt::Latest => return Err(Fallback::Stale),
+        };
+        if ts > applied || ts < self.compacted_below.get() {
+            return Err(Fallback::Stale);
+        }
+        if self.catalog_version.get() != self.shared.catalog_version() {
+            return Err(Fallback::Stale);
+        }
+        let tables = self.tables.borrow();
+        let Some(table) = tables.get(&select.table) else {
+            return Err(Fallback::NotReplicated);
+        };
+        let mark = out.len();
+        let view = View { ts, tx: None };
+        Ok(
+            match run_select(table, plan, params, view, session, formats, out) {
+                Ok(count) => Ok((count, ts)),
+                Err(e) => {
+                    out.truncate(mark);
+                    Err(e)
+                }
+            },
+        )
+    }
+
+    /// Rows and versions held, for the memory note in `ringwire.shard_stats`' docs and tests.
+    pub fn version_count(&self) -> usize {
+        self.tables
+            .borrow()
+            .values()
+            .map(Table::version_count)
+            .sum()
+    }
+}
