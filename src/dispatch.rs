@@ -88,21 +88,30 @@ pub struct Shared {
     /// `--read-replicas`: shards other than the compute's keep a replica of every table and
     /// serve reads from it when it is fresh enough (`crate::replica`).
     pub read_replicas: bool,
+    /// Testing only (`--replica-ship-delay-us`, hidden): hold every shipment to the replicas
+    /// this long, so tests see replicas lag and can check that stale replicas are not read.
+    pub replica_ship_delay: Duration,
 }
 
 impl Shared {
     /// With read replicas (the default).
     pub fn new(shards: usize) -> Arc<Shared> {
-        Self::with_read_replicas(shards, true)
+        Self::with_read_replicas(shards, true, Duration::ZERO)
     }
 
-    pub fn with_read_replicas(shards: usize, read_replicas: bool) -> Arc<Shared> {
+    /// `read_replicas` and `replica_ship_delay` as the fields say (replicas need 2 shards).
+    pub fn with_read_replicas(
+        shards: usize,
+        read_replicas: bool,
+        replica_ship_delay: Duration,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             frontiers: Arc::new(Frontiers::new(shards)),
             holds: Holds::new(shards),
             catalog: RwLock::new(Catalog::default()),
             catalog_version: AtomicU64::new(0),
             read_replicas: read_replicas && shards > 1,
+            replica_ship_delay,
         })
     }
 
@@ -1405,9 +1414,17 @@ impl Dispatcher {
     /// first event of an executor turn wakes it, so it runs after every task already ready in
     /// that turn and their commits share one message per shard.
     fn start_shipper(me: &Rc<Self>) {
+        let delay = me.compute.as_ref().map_or(Duration::ZERO, |c| c.shared.replica_ship_delay);
         let me = Rc::downgrade(me);
         glommio::spawn_local(async move {
             while let Some(dispatcher) = ShipWanted(&me).await {
+                if !delay.is_zero() {
+                    drop(dispatcher);
+                    shards::time::sleep(delay).await;
+                    let Some(again) = me.upgrade() else { return };
+                    again.ship_replicas();
+                    continue;
+                }
                 dispatcher.ship_replicas();
             }
         })
@@ -1429,7 +1446,13 @@ impl Dispatcher {
 
     /// Send replies from the compute to shard `to`, after any replica events they may depend on.
     fn reply(&self, to: usize, msg: Message) {
-        self.ship_replicas();
+        let delayed = self
+            .compute
+            .as_ref()
+            .is_some_and(|c| !c.shared.replica_ship_delay.is_zero());
+        if !delayed {
+            self.ship_replicas();
+        }
         self.send(to, msg);
     }
 

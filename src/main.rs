@@ -148,6 +148,11 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     read_replicas: OnOff,
 
+    /// Testing only: hold every shipment to the read replicas this long, so tests can make
+    /// replicas lag and check that a stale replica is never read.
+    #[arg(long, hide = true, value_name = "US", default_value_t = 0)]
+    replica_ship_delay_us: u64,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -348,6 +353,7 @@ fn main() -> ExitCode {
     logger.init();
     let metrics_listen = cli.metrics_listen;
     let read_replicas = cli.read_replicas == OnOff::On;
+    let replica_ship_delay = std::time::Duration::from_micros(cli.replica_ship_delay_us);
     let upstream = match cli.upstream.take() {
         None => None,
         Some(url) => match upstream_config(&url, cli.upstream_pool_size) {
@@ -428,6 +434,7 @@ fn main() -> ExitCode {
             let shared = ringwire::dispatch::Shared::with_read_replicas(
                 config.placement.shard_count(),
                 read_replicas,
+                replica_ship_delay,
             );
             shards::runtime::run(config, listeners, move |mesh| {
                 let shard = mesh.shard_id;
