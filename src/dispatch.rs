@@ -1656,7 +1656,7 @@ impl Dispatcher {
                 }
             }
             Message::Replicate(batch) => match &self.replica {
-                Some(replica) => replica.apply(&batch),
+                Some(replica) => replica.apply(batch),
                 None => log::error!(
                     "shard {}: replica events reached a shard without a replica",
                     self.shard_id

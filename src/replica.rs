@@ -56,6 +56,35 @@ pub enum ReplicaEvent {
     },
 }
 
+impl ReplicaEvent {
+    /// A copy for one more replica (a batch is shared by every shard).
+    fn clone_for_replica(&self) -> ReplicaEvent {
+        match self {
+            ReplicaEvent::Commit { ts, writes } => ReplicaEvent::Commit {
+                ts: *ts,
+                writes: writes
+                    .iter()
+                    .map(|w| TableWrites {
+                        table: w.table,
+                        rows: w.rows.clone(),
+                    })
+                    .collect(),
+            },
+            ReplicaEvent::Schema {
+                catalog_version,
+                tables,
+                copies,
+                compacted_below,
+            } => ReplicaEvent::Schema {
+                catalog_version: *catalog_version,
+                tables: tables.clone(),
+                copies: copies.iter().map(Table::committed_copy).collect(),
+                compacted_below: *compacted_below,
+            },
+        }
+    }
+}
+
 /// One table's rows changed by a commit: (row id, new version; None = deleted).
 pub struct TableWrites {
     pub table: TableId,
@@ -94,7 +123,9 @@ impl Replica {
     pub fn new(shard: usize, shared: Arc<Shared>) -> Replica {
         Replica {
             shard,
-            catalog_version: Cell::new(shared.catalog_version()),
+            // Version 0 and no tables is the compute's state at startup; every later change
+            // arrives as events, the first `Schema` carrying a copy of every table.
+            catalog_version: Cell::new(0),
             shared,
             tables: RefCell::new(HashMap::new()),
             applied: Cell::new(0),
@@ -108,51 +139,58 @@ impl Replica {
         self.applied.get()
     }
 
-    /// Apply a batch shipped by the compute (events in compute order). Allocates: this is the
+    /// Apply a batch shipped by the compute (events in compute order). The last shard to
+    /// receive a batch takes its rows over; the others copy them. Allocates: this is the
     /// commit path, not the read path.
-    pub fn apply(&self, batch: &[ReplicaEvent]) {
-        let mut tables = self.tables.borrow_mut();
-        for event in batch {
-            match event {
-                ReplicaEvent::Commit { ts, writes } => {
-                    debug_assert!(
-                        *ts > self.applied.get(),
-                        "replica on shard {} got commit {ts} after {}",
-                        self.shard,
-                        self.applied.get()
-                    );
-                    for written in writes {
-                        // A table dropped later in compute order is not here; skip it.
-                        let Some(table) = tables.get_mut(&written.table) else {
-                            continue;
-                        };
-                        for (rid, data) in &written.rows {
-                            table.apply_committed(*rid, data.clone(), *ts);
-                        }
-                    }
-                    self.applied.set(*ts);
-                    self.commits_since_compaction
-                        .set(self.commits_since_compaction.get() + 1);
-                }
-                ReplicaEvent::Schema {
-                    catalog_version,
-                    tables: live,
-                    copies,
-                    compacted_below,
-                } => {
-                    tables.retain(|id, _| live.contains(id));
-                    for copy in copies {
-                        tables.insert(copy.def().id, copy.committed_copy());
-                    }
-                    self.catalog_version.set(*catalog_version);
-                    self.compacted_below
-                        .set(self.compacted_below.get().max(*compacted_below));
-                }
-            }
+    pub fn apply(&self, batch: ReplicaBatch) {
+        match Arc::try_unwrap(batch) {
+            Ok(events) => events.into_iter().for_each(|e| self.apply_event(e)),
+            Err(shared) => shared
+                .iter()
+                .for_each(|e| self.apply_event(e.clone_for_replica())),
         }
-        drop(tables);
         if self.commits_since_compaction.get() >= COMPACT_EVERY_COMMITS {
             self.compact();
+        }
+    }
+
+    fn apply_event(&self, event: ReplicaEvent) {
+        let mut tables = self.tables.borrow_mut();
+        match event {
+            ReplicaEvent::Commit { ts, writes } => {
+                debug_assert!(
+                    ts > self.applied.get(),
+                    "replica on shard {} got commit {ts} after {}",
+                    self.shard,
+                    self.applied.get()
+                );
+                for written in writes {
+                    // A table dropped later in compute order is not here; skip it.
+                    let Some(table) = tables.get_mut(&written.table) else {
+                        continue;
+                    };
+                    for (rid, data) in written.rows {
+                        table.apply_committed(rid, data, ts);
+                    }
+                }
+                self.applied.set(ts);
+                self.commits_since_compaction
+                    .set(self.commits_since_compaction.get() + 1);
+            }
+            ReplicaEvent::Schema {
+                catalog_version,
+                tables: live,
+                copies,
+                compacted_below,
+            } => {
+                tables.retain(|id, _| live.contains(id));
+                for copy in copies {
+                    tables.insert(copy.def().id, copy);
+                }
+                self.catalog_version.set(catalog_version);
+                self.compacted_below
+                    .set(self.compacted_below.get().max(compacted_below));
+            }
         }
     }
 
@@ -227,7 +265,8 @@ impl Replica {
         )
     }
 
-    /// Rows and versions held, for the memory note in `ringwire.shard_stats`' docs and tests.
+    /// Row versions held (`replica_versions` in `ringwire.shard_stats`): what its compaction
+    /// bounds.
     pub fn version_count(&self) -> usize {
         self.tables
             .borrow()
