@@ -519,7 +519,11 @@ impl Compute {
         let mut announced = self.announced.borrow_mut();
         let changed: Vec<TableId> = tables
             .iter()
-            .filter(|(id, t)| !announced.get(id).is_some_and(|d| Arc::ptr_eq(d, t.def_ref())))
+            .filter(|(id, t)| {
+                !announced
+                    .get(id)
+                    .is_some_and(|d| Arc::ptr_eq(d, t.def_ref()))
+            })
             .map(|(id, _)| *id)
             .collect();
         let dropped = announced.keys().any(|id| !tables.contains_key(id));
@@ -535,7 +539,10 @@ impl Compute {
             replication.push(ReplicaEvent::Schema {
                 catalog_version,
                 tables: tables.keys().copied().collect(),
-                copies: changed.iter().map(|id| tables[id].committed_copy()).collect(),
+                copies: changed
+                    .iter()
+                    .map(|id| tables[id].committed_copy())
+                    .collect(),
                 compacted_below: self.compacted_below.get(),
             });
         }
@@ -1414,7 +1421,10 @@ impl Dispatcher {
     /// first event of an executor turn wakes it, so it runs after every task already ready in
     /// that turn and their commits share one message per shard.
     fn start_shipper(me: &Rc<Self>) {
-        let delay = me.compute.as_ref().map_or(Duration::ZERO, |c| c.shared.replica_ship_delay);
+        let delay = me
+            .compute
+            .as_ref()
+            .map_or(Duration::ZERO, |c| c.shared.replica_ship_delay);
         let me = Rc::downgrade(me);
         glommio::spawn_local(async move {
             while let Some(dispatcher) = ShipWanted(&me).await {

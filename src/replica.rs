@@ -43,7 +43,10 @@ use crate::sql::plan::TablePlan;
 pub enum ReplicaEvent {
     /// A commit at `ts` and the rows it changed (a commit that changed no row still advances
     /// `applied`).
-    Commit { ts: Timestamp, writes: Vec<TableWrites> },
+    Commit {
+        ts: Timestamp,
+        writes: Vec<TableWrites>,
+    },
     /// DDL changed the catalog to `catalog_version`: `tables` are every table that exists now,
     /// `copies` committed copies of those whose definition changed (new, or rebuilt with an
     /// index), taken at the compute's state after every earlier commit. The compute had

@@ -316,7 +316,11 @@ async fn point_selects_do_not_allocate(read_replicas: bool) {
             (_, false) => "a shard sending to the compute",
         };
         // Which path shard 1's reads took, checked after the measurements.
-        let counter = if read_replicas { "replica_hits" } else { "requests_sent" };
+        let counter = if read_replicas {
+            "replica_hits"
+        } else {
+            "requests_sent"
+        };
         let path_before = stat(client, shard, counter).await;
 
         // Extended protocol, prepared once: Bind/Execute/Sync per query, binary formats.

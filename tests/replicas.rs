@@ -145,7 +145,7 @@ async fn linearizable_run(delay_us: &'static str) {
                     acked[1].load(Ordering::SeqCst),
                 ];
                 // Alternate the extended protocol and a simple point select per key.
-                let values: Vec<i64> = if (reads + i) % 2 == 0 {
+                let values: Vec<i64> = if (reads + i).is_multiple_of(2) {
                     let rows = client.query(&stmt, &[]).await.unwrap();
                     assert_eq!(rows.len(), 2, "a read lost committed rows");
                     rows.iter().map(|r| r.get(1)).collect()
@@ -167,7 +167,12 @@ async fn linearizable_run(delay_us: &'static str) {
                         k + 1,
                         floor[k]
                     );
-                    assert!(v >= last[k], "read went backwards: key {} {v} after {}", k + 1, last[k]);
+                    assert!(
+                        v >= last[k],
+                        "read went backwards: key {} {v} after {}",
+                        k + 1,
+                        last[k]
+                    );
                     last[k] = v;
                 }
                 reads += 1;
@@ -183,7 +188,9 @@ async fn linearizable_run(delay_us: &'static str) {
     assert!(acked[0].load(Ordering::SeqCst) > 10 && acked[1].load(Ordering::SeqCst) > 10);
     let hits = stat(&stats, 1, "replica_hits").await - hits_before;
     let stale = stat(&stats, 1, "replica_stale").await - stale_before;
-    eprintln!("ship delay {delay_us} µs: {reads} reads, shard 1 replica hits {hits}, stale {stale}");
+    eprintln!(
+        "ship delay {delay_us} µs: {reads} reads, shard 1 replica hits {hits}, stale {stale}"
+    );
     assert!(hits > 0, "shard 1's replica served no read");
     if delay_us != "0" {
         assert!(
@@ -215,7 +222,10 @@ async fn reads_on_the_replica_after_ddl_match_postgres_and_the_compute() {
         (
             "insert into d values (1, 'a', 10), (2, 'b', 20), (3, 'c', 30), (4, 'd', 40)",
             1,
-            &["select * from d order by id", "select v from d where id = 3"],
+            &[
+                "select * from d order by id",
+                "select v from d where id = 3",
+            ],
         ),
         (
             "create index d_v_idx on d (v)",
@@ -225,22 +235,34 @@ async fn reads_on_the_replica_after_ddl_match_postgres_and_the_compute() {
         (
             "alter table d add primary key (id)",
             1,
-            &["select v, n from d where id = 2", "select * from d order by id desc"],
+            &[
+                "select v, n from d where id = 2",
+                "select * from d order by id desc",
+            ],
         ),
         (
             "alter table d add constraint d_n_key unique (n)",
             0,
-            &["select id from d where n = 40", "select id from d where n >= 20 order by id"],
+            &[
+                "select id from d where n = 40",
+                "select id from d where n >= 20 order by id",
+            ],
         ),
         (
             "update d set n = n + 1 where id <= 2",
             0,
-            &["select * from d order by id", "select id from d where n = 11"],
+            &[
+                "select * from d order by id",
+                "select id from d where n = 11",
+            ],
         ),
         (
             "delete from d where v = 'b'",
             1,
-            &["select * from d order by id", "select id from d where v = 'b'"],
+            &[
+                "select * from d order by id",
+                "select id from d where v = 'b'",
+            ],
         ),
         (
             "drop index d_v_idx",
@@ -266,14 +288,21 @@ async fn reads_on_the_replica_after_ddl_match_postgres_and_the_compute() {
         (
             "insert into d values ('p', 1, true), ('q', 2, null)",
             0,
-            &["select * from d order by b", "select a from d where c is null"],
+            &[
+                "select * from d order by b",
+                "select a from d where c is null",
+            ],
         ),
     ];
     let hits_before = stat(&on_replica, 1, "replica_hits").await;
     let mut reads = 0;
     let mut mismatches = Vec::new();
     for (sql, shard, queries) in steps {
-        let writer = if *shard == 0 { &on_compute } else { &on_replica };
+        let writer = if *shard == 0 {
+            &on_compute
+        } else {
+            &on_replica
+        };
         let expected = outcome(&pg_client, sql).await;
         let actual = outcome(writer, sql).await;
         assert_eq!(
@@ -340,7 +369,10 @@ async fn a_block_on_the_replica_keeps_its_snapshot_and_replica_versions_stay_bou
     // yet keeps the versions the block's snapshot needs.
     let deadline = Instant::now() + Duration::from_secs(5);
     while stat(&stats, 1, "replica_applied").await < 301 {
-        assert!(Instant::now() < deadline, "the replica never applied the updates");
+        assert!(
+            Instant::now() < deadline,
+            "the replica never applied the updates"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let hits_before = stat(&stats, 1, "replica_hits").await;
@@ -386,7 +418,10 @@ async fn a_block_on_the_replica_keeps_its_snapshot_and_replica_versions_stay_bou
         .await
         .unwrap();
     let hits_before = stat(&stats, 1, "replica_hits").await;
-    assert_eq!(sum(outcome(&block, "select sum(v) from hot").await), 300 - 30 + 1000);
+    assert_eq!(
+        sum(outcome(&block, "select sum(v) from hot").await),
+        300 - 30 + 1000
+    );
     assert_eq!(stat(&stats, 1, "replica_hits").await, hits_before);
     block.batch_execute("rollback").await.unwrap();
     assert_eq!(sum(outcome(&block, "select sum(v) from hot").await), 300);

@@ -2036,8 +2036,8 @@ mod tests {
             let mut t = table();
             let mut history: Vec<(Timestamp, State)> = vec![(0, State::new())];
             let mut floor: Timestamp = 0; // compacted below this
-            // A read replica fed with every commit's after-images, compacted on its own, and
-            // now and then replaced by a fresh committed copy (as after DDL).
+                                          // A read replica fed with every commit's after-images, compacted on its own, and
+                                          // now and then replaced by a fresh committed copy (as after DDL).
             let mut replica = t.committed_copy();
             let mut replica_floor: Timestamp = 0;
             let mut next_tx: TxId = 1;
@@ -2104,7 +2104,9 @@ mod tests {
                         if let Some((tx, work)) = open.take() {
                             let ts = latest.0 + 1 + rng.below(3);
                             let mut rows = Vec::new();
-                            t.commit_with(tx, ts, |rid, data| rows.push((rid, data.map(Box::from))));
+                            t.commit_with(tx, ts, |rid, data| {
+                                rows.push((rid, data.map(Box::from)))
+                            });
                             for (rid, data) in rows {
                                 replica.apply_committed(rid, data, ts);
                             }
