@@ -27,7 +27,7 @@ for replicas in $settings; do
         lat=$(grep -oP 'latency average = \K[0-9.]+' <<< "$out")
         where=shard0; [ $((after - before)) -gt 1000 ] && where=shard1
         [ "$conns" -gt 1 ] && where="conns=$conns"
-        cpu_us=$(awk -v t=$((cpu1 - cpu0)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { printf "%.1f", n > 0 ? t * 1e6 / hz / n : 0 }')
+        cpu_us=$(awk -v t=$((cpu1 - cpu0)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }')
         echo "replicas=$replicas $where qps=$tps latency_ms=$lat server_cpu_us_per_query=$cpu_us"
     done
     kill "$pid"; wait "$pid" 2>/dev/null || true
