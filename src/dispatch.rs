@@ -399,20 +399,20 @@ pub fn virtual_table(def: TableRef, rows: Vec<Vec<Value>>) -> Table {
 
 /// Wakes every waiter when table locks are released.
 #[derive(Default)]
-struct Notify {
+pub(crate) struct Notify {
     epoch: Cell<u64>,
     wakers: RefCell<Vec<Waker>>,
 }
 
 impl Notify {
-    fn notify_all(&self) {
+    pub(crate) fn notify_all(&self) {
         self.epoch.set(self.epoch.get() + 1);
         for w in self.wakers.borrow_mut().drain(..) {
             w.wake();
         }
     }
 
-    fn wait(&self) -> NotifyWait<'_> {
+    pub(crate) fn wait(&self) -> NotifyWait<'_> {
         NotifyWait {
             notify: self,
             epoch: self.epoch.get(),
@@ -420,7 +420,7 @@ impl Notify {
     }
 }
 
-struct NotifyWait<'a> {
+pub(crate) struct NotifyWait<'a> {
     notify: &'a Notify,
     epoch: u64,
 }
@@ -1466,11 +1466,17 @@ impl Dispatcher {
         self.send(to, msg);
     }
 
-    /// Run a read against this shard's replica if it provably may serve it (see
-    /// `crate::replica`); counts a hit or a fallback. None: no replica here, or it must go to
-    /// the compute.
+    /// Run a read against this shard's replica once it provably may serve it (see
+    /// `crate::replica`). A replica that is only *behind* — the commits or DDL the read must
+    /// see are already committed and on their way — is waited for: that costs at most the
+    /// one crossing already under way, where going to the compute costs two plus the
+    /// compute's time. None: no replica here, or the read must go to the compute (it needs
+    /// its block's intents, reads `ringwire.table_stats`, or the replica compacted past it).
+    ///
+    /// # Cancel safety
+    /// Dropping the future while it waits leaves nothing behind (`out` is untouched).
     #[allow(clippy::too_many_arguments)]
-    pub fn replica_peek(
+    pub async fn replica_peek(
         &self,
         plan: &TablePlan,
         params: &[Value],
@@ -1480,16 +1486,26 @@ impl Dispatcher {
         out: &mut Vec<u8>,
     ) -> Option<Result<(u64, Timestamp), PgError>> {
         let replica = self.replica.as_ref()?;
-        match replica.peek(plan, params, read, session, formats, out) {
-            Ok(result) => {
-                Counters::bump(&self.counters.replica_hits);
-                Some(result)
+        let mut waited = false;
+        loop {
+            match replica.peek(plan, params, read, session, formats, out) {
+                Ok(result) => {
+                    Counters::bump(&self.counters.replica_hits);
+                    return Some(result);
+                }
+                Err(Fallback::Behind) => {
+                    if !waited {
+                        Counters::bump(&self.counters.replica_stale);
+                        waited = true;
+                    }
+                    replica.applied_changed().await;
+                }
+                Err(Fallback::Compacted) => {
+                    Counters::bump(&self.counters.replica_fallbacks);
+                    return None;
+                }
+                Err(Fallback::NotReplicated) => return None,
             }
-            Err(Fallback::Stale) => {
-                Counters::bump(&self.counters.replica_stale);
-                None
-            }
-            Err(Fallback::NotReplicated) => None,
         }
     }
 

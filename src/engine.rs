@@ -330,6 +330,7 @@ impl Frontend {
             plan_cache_misses,
             replica_hits: c.replica_hits.get(),
             replica_stale: c.replica_stale.get(),
+            replica_fallbacks: c.replica_fallbacks.get(),
             replica_applied: self.dispatcher.replica.as_ref().map(|r| r.applied()),
             replica_versions: self
                 .dispatcher
@@ -1174,8 +1175,9 @@ impl Frontend {
                     compute
                         .peek_into(plan, params, read, &info, formats, target)
                         .map(|(n, ts)| (n, Some(ts)))
-                } else if let Some(local) =
-                    self.replica_read(session, plan, params, read, formats, target)
+                } else if let Some(local) = self
+                    .replica_read(session, plan, params, read, formats, target)
+                    .await
                 {
                     local.map(|(n, ts)| (n, Some(ts)))
                 } else {
@@ -1280,10 +1282,10 @@ impl Frontend {
         Ok(None)
     }
 
-    /// A read served by this shard's replica, when there is one and it provably holds what
-    /// the read must see (`crate::replica`): no message, rows written straight into `out`.
-    /// None: the read goes to the compute.
-    fn replica_read(
+    /// A read served by this shard's replica, when there is one and it provably holds (or,
+    /// once caught up, will hold) what the read must see (`crate::replica`): no message, rows
+    /// written straight into `out`. None: the read goes to the compute.
+    async fn replica_read(
         &self,
         session: &mut Session,
         plan: &TablePlan,
@@ -1300,6 +1302,7 @@ impl Frontend {
         };
         self.dispatcher
             .replica_peek(plan, params, read, &info, formats, out)
+            .await
     }
 
     /// `SELECT ... FROM ringwire.shard_stats`: every shard's counters, gathered over the mesh,

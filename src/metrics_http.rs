@@ -284,7 +284,7 @@ pub fn render(gathered: &Gathered) -> String {
     let h = &m.engine.batch_sizes;
     histogram(&mut out, name, "", h, estimated_sum(h), 1.0, &BATCH_BUCKETS);
 
-    let counters: [(&str, &str, u64); 17] = [
+    let counters: [(&str, &str, u64); 18] = [
         (
             "ringwire_connections_opened_total",
             "Connections accepted.",
@@ -352,8 +352,13 @@ pub fn render(gathered: &Gathered) -> String {
         ),
         (
             "ringwire_replica_stale_total",
-            "Reads a replica was not fresh enough for (sent to the compute).",
+            "Reads that found their shard's replica behind and waited for it to catch up.",
             m.replica_stale,
+        ),
+        (
+            "ringwire_replica_fallbacks_total",
+            "Reads a replica had compacted past (sent to the compute).",
+            m.replica_fallbacks,
         ),
         (
             "ringwire_plan_cache_hits_total",

@@ -24,7 +24,12 @@
 //! every acknowledged write: strict serializable exactly as a read at the compute. A replica
 //! serves a read at `ts` only when `compacted_below <= ts <= applied`, it reflects the current
 //! catalog version (so it has exactly the compute's tables and indexes), and the read carries
-//! no transaction intents; anything else goes to the compute, which is always correct.
+//! no transaction intents. A replica that is only *behind* (the read's commits or DDL are
+//! committed and queued for it: the compute queues them in the same step that publishes
+//! their frontier or catalog version) is
+//! waited for — at most the one crossing already under way, where the compute would cost two
+//! and its own time; a read the replica compacted past, or one that needs intents, goes to the
+//! compute, which is always correct.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -35,7 +40,9 @@ use protocol::{Format, PgError};
 
 use crate::compute::storage::{RowId, Table, View};
 use crate::compute::{TableId, Timestamp};
-use crate::dispatch::{run_select, ReadAt, ReadSpec, Shared, COMPACT_EVERY_COMMITS};
+use crate::dispatch::{
+    run_select, Notify, NotifyWait, ReadAt, ReadSpec, Shared, COMPACT_EVERY_COMMITS,
+};
 use crate::sql::expr::SessionInfo;
 use crate::sql::plan::TablePlan;
 
@@ -97,12 +104,15 @@ pub struct TableWrites {
 /// What one mesh message carries to every replica.
 pub type ReplicaBatch = Arc<Vec<ReplicaEvent>>;
 
-/// Why [`Replica::peek`] did not serve a read (it goes to the compute instead).
+/// Why [`Replica::peek`] did not serve a read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fallback {
-    /// The read's timestamp is above what the replica has applied (or below what it
-    /// compacted), or the replica has not applied the latest DDL yet.
-    Stale,
+    /// The read's timestamp is above what the replica has applied, or the replica has not
+    /// applied the latest DDL yet: what it lacks is committed and already queued for it, so
+    /// it will catch up ([`Replica::applied_changed`]).
+    Behind,
+    /// The replica compacted past the read's timestamp: only the compute can serve it.
+    Compacted,
     /// Not a read a replica can serve: it needs the block's own intents, or the table is not
     /// replicated (`ringwire.table_stats`).
     NotReplicated,
@@ -120,6 +130,8 @@ pub struct Replica {
     /// No version a read at or above this needs has been dropped.
     compacted_below: Cell<Timestamp>,
     commits_since_compaction: Cell<u64>,
+    /// Reads waiting for the replica to catch up, woken after each batch applied.
+    applied_notify: Notify,
 }
 
 impl Replica {
@@ -134,7 +146,14 @@ impl Replica {
             applied: Cell::new(0),
             compacted_below: Cell::new(0),
             commits_since_compaction: Cell::new(0),
+            applied_notify: Notify::default(),
         }
+    }
+
+    /// Resolves after the next batch is applied (a read that found the replica behind waits
+    /// for this, then checks again).
+    pub(crate) fn applied_changed(&self) -> NotifyWait<'_> {
+        self.applied_notify.wait()
     }
 
     /// The timestamp of the last commit applied.
@@ -155,6 +174,7 @@ impl Replica {
         if self.commits_since_compaction.get() >= COMPACT_EVERY_COMMITS {
             self.compact();
         }
+        self.applied_notify.notify_all();
     }
 
     fn apply_event(&self, event: ReplicaEvent) {
@@ -243,13 +263,13 @@ impl Replica {
             // stand in only when it holds every acknowledged commit (the frontier) and then
             // reads at everything it has.
             ReadAt::Latest if applied >= self.shared.frontiers.read(self.shard) => applied,
-            ReadAt::Latest => return Err(Fallback::Stale),
+            ReadAt::Latest => return Err(Fallback::Behind),
         };
-        if ts > applied || ts < self.compacted_below.get() {
-            return Err(Fallback::Stale);
+        if ts < self.compacted_below.get() {
+            return Err(Fallback::Compacted);
         }
-        if self.catalog_version.get() != self.shared.catalog_version() {
-            return Err(Fallback::Stale);
+        if ts > applied || self.catalog_version.get() != self.shared.catalog_version() {
+            return Err(Fallback::Behind);
         }
         let tables = self.tables.borrow();
         let Some(table) = tables.get(&select.table) else {

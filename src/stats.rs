@@ -42,10 +42,12 @@ pub struct Counters {
     pub latest_reads: Cell<u64>,
     /// Requests the compute answered on this shard without any message (the compute shard).
     pub direct_requests: Cell<u64>,
-    /// Reads this shard's read replica served (no message), and reads it could have served
-    /// but was not fresh enough for (they went to the compute). See `crate::replica`.
+    /// Reads this shard's read replica served (no message); reads that found it behind and
+    /// waited for it to catch up (then served by it, so counted in both); and reads it had
+    /// compacted past, sent to the compute. See `crate::replica`.
     pub replica_hits: Cell<u64>,
     pub replica_stale: Cell<u64>,
+    pub replica_fallbacks: Cell<u64>,
     /// Mesh messages carrying requests to the compute, and the requests in them.
     pub batches_sent: Cell<u64>,
     pub requests_sent: Cell<u64>,
@@ -142,6 +144,7 @@ pub struct ShardStats {
     pub plan_cache_misses: u64,
     pub replica_hits: u64,
     pub replica_stale: u64,
+    pub replica_fallbacks: u64,
     /// The replica's last applied commit and the row versions it holds (None: no replica on
     /// this shard).
     pub replica_applied: Option<u64>,
@@ -170,6 +173,7 @@ pub fn merge(all: &[ShardStats]) -> Option<ShardStats> {
         m.plan_cache_misses += s.plan_cache_misses;
         m.replica_hits += s.replica_hits;
         m.replica_stale += s.replica_stale;
+        m.replica_fallbacks += s.replica_fallbacks;
         m.replica_applied = match (m.replica_applied, s.replica_applied) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -271,6 +275,7 @@ pub fn relation(name: &str) -> Option<TableRef> {
                             ("batch_size_p99", INT8),
                             ("replica_hits", INT8),
                             ("replica_stale", INT8),
+                            ("replica_fallbacks", INT8),
                             ("replica_applied", INT8),
                             ("replica_versions", INT8),
                         ],
@@ -364,6 +369,7 @@ impl ShardStats {
             int8(self.engine.batch_sizes.value_at_quantile(0.99)),
             int8(self.replica_hits),
             int8(self.replica_stale),
+            int8(self.replica_fallbacks),
             self.replica_applied.map_or(Value::Null, int8),
             self.replica_versions.map_or(Value::Null, int8),
         ]
