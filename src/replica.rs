@@ -258,7 +258,11 @@ impl Replica {
         }
         let applied = self.applied.get();
         let ts = match read.at {
-            ReadAt::Frontier(ts) | ReadAt::Snapshot(ts) => ts,
+            // As at the compute: if this replica compacted past the frontier the statement
+            // loaded (only possible after it waited for the replica), read at the horizon — a
+            // state between the statement's start and now, so still strict serializable.
+            ReadAt::Frontier(ts) => ts.max(self.compacted_below.get()),
+            ReadAt::Snapshot(ts) => ts,
             // `serializable`: the compute would read at its latest commit. The replica may
             // stand in only when it holds every acknowledged commit (the frontier) and then
             // reads at everything it has.
