@@ -1325,6 +1325,9 @@ impl Drop for ReplyWait<'_> {
     }
 }
 
+/// Batches a read waits for its replica to catch up before going to the compute instead.
+const REPLICA_WAITS_MAX: u32 = 8;
+
 /// Spare buffers kept for reuse per kind; more are dropped (they come back one per message).
 const SPARES_MAX: usize = 16;
 /// A reply buffer that grew past this for one large result is not kept.
@@ -1486,19 +1489,31 @@ impl Dispatcher {
         out: &mut Vec<u8>,
     ) -> Option<Result<(u64, Timestamp), PgError>> {
         let replica = self.replica.as_ref()?;
-        let mut waited = false;
+        // Loaded once: a serializable read retried after each batch must not chase a frontier
+        // that commits keep moving.
+        let latest_floor = match read.at {
+            ReadAt::Latest => replica.frontier(),
+            _ => 0,
+        };
+        let mut waits = 0;
         loop {
-            match replica.peek(plan, params, read, session, formats, out) {
+            match replica.peek(plan, params, read, latest_floor, session, formats, out) {
                 Ok(result) => {
                     Counters::bump(&self.counters.replica_hits);
                     return Some(result);
                 }
-                Err(Fallback::Behind) => {
-                    if !waited {
+                // Every wait but a stream of DDL ends at the first batch (the read's timestamp
+                // is fixed); the bound keeps even that from holding a read indefinitely.
+                Err(Fallback::Behind) if waits < REPLICA_WAITS_MAX => {
+                    if waits == 0 {
                         Counters::bump(&self.counters.replica_stale);
-                        waited = true;
                     }
+                    waits += 1;
                     replica.applied_changed().await;
+                }
+                Err(Fallback::Behind) => {
+                    Counters::bump(&self.counters.replica_fallbacks);
+                    return None;
                 }
                 Err(Fallback::Compacted) => {
                     Counters::bump(&self.counters.replica_fallbacks);

@@ -236,16 +236,24 @@ impl Replica {
         self.compacted_below.set(horizon);
     }
 
+    /// The frontier this shard's reads see now.
+    pub fn frontier(&self) -> Timestamp {
+        self.shared.frontiers.read(self.shard)
+    }
+
     /// Run a SELECT (or COPY TO) plan at `read` against the replica, appending its encoded
     /// rows to `out`, if the replica provably holds what the read must see (module docs);
-    /// `Err(Fallback)` if the read must go to the compute (then `out` is untouched). Returns
-    /// the row count and the timestamp read at. Allocates nothing for a cached point select.
+    /// `Err(Fallback)` if not (then `out` is untouched). A `serializable` read
+    /// ([`ReadAt::Latest`]) needs `applied >= latest_floor`, the shard's frontier when the
+    /// read started ([`Replica::frontier`]). Returns the row count and the timestamp read
+    /// at. Allocates nothing for a cached point select.
     #[allow(clippy::too_many_arguments)]
     pub fn peek(
         &self,
         plan: &TablePlan,
         params: &[Value],
         read: ReadSpec,
+        latest_floor: Timestamp,
         session: &dyn SessionInfo,
         formats: &[Format],
         out: &mut Vec<u8>,
@@ -264,9 +272,9 @@ impl Replica {
             ReadAt::Frontier(ts) => ts.max(self.compacted_below.get()),
             ReadAt::Snapshot(ts) => ts,
             // `serializable`: the compute would read at its latest commit. The replica may
-            // stand in only when it holds every acknowledged commit (the frontier) and then
-            // reads at everything it has.
-            ReadAt::Latest if applied >= self.shared.frontiers.read(self.shard) => applied,
+            // stand in only when it holds every commit acknowledged before the read started
+            // (the frontier then) and then reads at everything it has.
+            ReadAt::Latest if applied >= latest_floor => applied,
             ReadAt::Latest => return Err(Fallback::Behind),
         };
         if ts < self.compacted_below.get() {

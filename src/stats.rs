@@ -43,8 +43,9 @@ pub struct Counters {
     /// Requests the compute answered on this shard without any message (the compute shard).
     pub direct_requests: Cell<u64>,
     /// Reads this shard's read replica served (no message); reads that found it behind and
-    /// waited for it to catch up (then served by it, so counted in both); and reads it had
-    /// compacted past, sent to the compute. See `crate::replica`.
+    /// waited for it to catch up (then served by it, so counted in both); and reads sent on
+    /// to the compute (it had compacted past them, or it was still behind after
+    /// `REPLICA_WAITS_MAX` batches). See `crate::replica`.
     pub replica_hits: Cell<u64>,
     pub replica_stale: Cell<u64>,
     pub replica_fallbacks: Cell<u64>,
