@@ -53,6 +53,8 @@ RINGWIRE_VARIANTS = (
     ("ringwire-glommio", ["--io", "glommio"]),
     # Per-statement metrics recording off, to measure what it costs (docs/PERF.md).
     ("ringwire-metrics-off", ["--io", "uring", "--metrics", "off"]),
+    # Every read on a shard other than the compute's crosses to it (no read replicas).
+    ("ringwire-replicas-off", ["--io", "uring", "--read-replicas", "off"]),
 )
 
 
@@ -352,7 +354,8 @@ def report(runs, workloads, concs, names, args):
           f"client-threads={args.client_threads} server-cores={args.server_cores}; medians over rounds")
     for workload in workloads:
         print(f"\n## {workload}")
-        extra = [("ringwire-glommio", "rw/rw-glommio"), ("floor-glommio", "floor/floor-glommio")]
+        extra = [("ringwire-glommio", "rw/rw-glommio"), ("floor-glommio", "floor/floor-glommio"),
+                 ("ringwire-replicas-off", "rw/rw-replicas-off")]
         extra = [(o, label) for o, label in extra if o in names]
         head = ["conn"] + [f"{n} qps" for n in names] + [f"{n} p99us" for n in names] + \
                ["rw/pg", "rw/tokio", "rw/floor"] + [label for _, label in extra]

@@ -25,7 +25,7 @@ for spin in $spins; do
         tps=$(grep -oP 'tps = \K[0-9]+' <<< "$out"); n=$(grep -oP 'actually processed: \K[0-9]+' <<< "$out")
         where=local; [ $((after - before)) -gt 1000 ] && where=remote
         [ "$conns" -gt 1 ] && where="conns=$conns"
-        cpu_us=$(awk -v t=$((cpu1 - cpu0)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { printf "%.1f", n > 0 ? t * 1e6 / hz / n : 0 }')
+        cpu_us=$(awk -v t=$((cpu1 - cpu0)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }')
         echo "spin_us=$spin $where qps=$tps server_cpu_us_per_query=$cpu_us"
     done
     kill "$pid"; wait "$pid" 2>/dev/null || true

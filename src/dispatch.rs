@@ -55,6 +55,7 @@ use smallvec::SmallVec;
 use crate::compute::exec;
 use crate::compute::storage::{Table, View};
 use crate::compute::{IndexDef, TableDef, TableId, TableRef, Timestamp, TxId};
+use crate::replica::{Fallback, Replica, ReplicaBatch, ReplicaEvent, TableWrites};
 use crate::sql::expr::SessionInfo;
 use crate::sql::plan::{self, TablePlan};
 use crate::stats::{self, Counters, Hist, ShardStats};
@@ -85,15 +86,33 @@ pub struct Shared {
     /// per query) and plan against their copy; only DDL takes the write lock.
     catalog: RwLock<Catalog>,
     catalog_version: AtomicU64,
+    /// `--read-replicas`: shards other than the compute's keep a replica of every table and
+    /// serve reads from it when it is fresh enough (`crate::replica`).
+    pub read_replicas: bool,
+    /// Testing only (`--replica-ship-delay-us`, hidden): hold every shipment to the replicas
+    /// this long, so tests see replicas lag and can check that stale replicas are not read.
+    pub replica_ship_delay: Duration,
 }
 
 impl Shared {
+    /// With read replicas (the default).
     pub fn new(shards: usize) -> Arc<Shared> {
+        Self::with_read_replicas(shards, true, Duration::ZERO)
+    }
+
+    /// `read_replicas` and `replica_ship_delay` as the fields say (replicas need 2 shards).
+    pub fn with_read_replicas(
+        shards: usize,
+        read_replicas: bool,
+        replica_ship_delay: Duration,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             frontiers: Arc::new(Frontiers::new(shards)),
             holds: Holds::new(shards),
             catalog: RwLock::new(Catalog::default()),
             catalog_version: AtomicU64::new(0),
+            read_replicas: read_replicas && shards > 1,
+            replica_ship_delay,
         })
     }
 
@@ -280,6 +299,9 @@ pub enum Message {
         /// variant.
         stats: Box<ShardStats>,
     },
+    /// Commits and DDL for this shard's read replica, in compute order (one `Arc`'d batch
+    /// shared by every shard).
+    Replicate(ReplicaBatch),
 }
 
 /// Encode one row of `columns` as a DataRow in `formats` (missing formats are text).
@@ -381,20 +403,20 @@ pub fn virtual_table(def: TableRef, rows: Vec<Vec<Value>>) -> Table {
 
 /// Wakes every waiter when table locks are released.
 #[derive(Default)]
-struct Notify {
+pub(crate) struct Notify {
     epoch: Cell<u64>,
     wakers: RefCell<Vec<Waker>>,
 }
 
 impl Notify {
-    fn notify_all(&self) {
+    pub(crate) fn notify_all(&self) {
         self.epoch.set(self.epoch.get() + 1);
         for w in self.wakers.borrow_mut().drain(..) {
             w.wake();
         }
     }
 
-    fn wait(&self) -> NotifyWait<'_> {
+    pub(crate) fn wait(&self) -> NotifyWait<'_> {
         NotifyWait {
             notify: self,
             epoch: self.epoch.get(),
@@ -402,7 +424,7 @@ impl Notify {
     }
 }
 
-struct NotifyWait<'a> {
+pub(crate) struct NotifyWait<'a> {
     notify: &'a Notify,
     epoch: u64,
 }
@@ -440,6 +462,28 @@ pub struct Compute {
     /// Time to run a peek, in µs (with metrics on).
     pub peek_us: Hist,
     metrics_on: bool,
+    /// Table definitions as of the last catalog change the compute announced: DDL that
+    /// changes them bumps the catalog version and ships the changed tables to the replicas.
+    announced: RefCell<HashMap<TableId, TableRef>>,
+    /// Commits and DDL not yet shipped to the replicas (None: replicas off).
+    replication: Option<Replication>,
+}
+
+/// The compute's outbox to the read replicas.
+#[derive(Default)]
+struct Replication {
+    pending: RefCell<Vec<ReplicaEvent>>,
+    /// The shipper task, parked until an event is queued.
+    shipper: Cell<Option<Waker>>,
+}
+
+impl Replication {
+    fn push(&self, event: ReplicaEvent) {
+        self.pending.borrow_mut().push(event);
+        if let Some(shipper) = self.shipper.take() {
+            shipper.wake();
+        }
+    }
 }
 
 fn deadlock() -> PgError {
@@ -451,7 +495,6 @@ fn deadlock() -> PgError {
 impl Compute {
     pub fn new(shared: Arc<Shared>) -> Compute {
         Compute {
-            shared,
             tables: RefCell::new(HashMap::new()),
             locks: RefCell::new(HashMap::new()),
             waiting_for: RefCell::new(HashMap::new()),
@@ -463,6 +506,53 @@ impl Compute {
             commits_since_compaction: Cell::new(0),
             peek_us: Hist::default(),
             metrics_on: metrics_on(),
+            announced: RefCell::new(HashMap::new()),
+            replication: shared.read_replicas.then(Replication::default),
+            shared,
+        }
+    }
+
+    /// Events for the replicas queued since the last call (None if none or replicas off).
+    fn take_replica_events(&self) -> Option<Vec<ReplicaEvent>> {
+        let replication = self.replication.as_ref()?;
+        let mut pending = replication.pending.borrow_mut();
+        (!pending.is_empty()).then(|| std::mem::take(&mut *pending))
+    }
+
+    /// After DDL (whether it succeeded or not: a multi-table DROP can fail half-way): if the
+    /// tables' definitions changed, bump the catalog version every shard checks and ship a
+    /// committed copy of each changed table to the replicas, after every earlier commit.
+    fn announce_schema(&self) {
+        let tables = self.tables.borrow();
+        let mut announced = self.announced.borrow_mut();
+        let changed: Vec<TableId> = tables
+            .iter()
+            .filter(|(id, t)| {
+                !announced
+                    .get(id)
+                    .is_some_and(|d| Arc::ptr_eq(d, t.def_ref()))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        let dropped = announced.keys().any(|id| !tables.contains_key(id));
+        if changed.is_empty() && !dropped {
+            return;
+        }
+        announced.retain(|id, _| tables.contains_key(id));
+        for id in &changed {
+            announced.insert(*id, tables[id].def_ref().clone());
+        }
+        let catalog_version = self.shared.catalog_version.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(replication) = &self.replication {
+            replication.push(ReplicaEvent::Schema {
+                catalog_version,
+                tables: tables.keys().copied().collect(),
+                copies: changed
+                    .iter()
+                    .map(|id| tables[id].committed_copy())
+                    .collect(),
+                compacted_below: self.compacted_below.get(),
+            });
         }
     }
 
@@ -592,15 +682,19 @@ impl Compute {
                 }
                 result
             }
-            Request::Ddl { plan } => self.ddl(&plan).await,
+            Request::Ddl { plan } => {
+                let reply = self.ddl(&plan).await;
+                self.announce_schema();
+                reply
+            }
             Request::AddIndex {
                 table,
                 index,
                 primary,
             } => {
-                self.add_index(&table, index, primary).await?;
-                self.shared.catalog_version.fetch_add(1, Ordering::AcqRel);
-                Ok(Answer::default())
+                let added = self.add_index(&table, index, primary).await;
+                self.announce_schema();
+                added.map(|()| Answer::default())
             }
         }
     }
@@ -834,14 +928,29 @@ impl Compute {
         let ts = self.last_commit.get() + 1;
         let mut tables = self.tables.borrow_mut();
         let mut locks = self.locks.borrow_mut();
+        let mut writes = Vec::new();
         for id in &held {
             if let Some(t) = tables.get_mut(id) {
-                t.commit(tx, ts);
+                match &self.replication {
+                    None => t.commit(tx, ts),
+                    Some(_) => {
+                        let mut rows = Vec::new();
+                        t.commit_with(tx, ts, |rid, data| rows.push((rid, data.map(Box::from))));
+                        if !rows.is_empty() {
+                            writes.push(TableWrites { table: *id, rows });
+                        }
+                    }
+                }
             }
             locks.remove(id);
         }
         self.last_commit.set(ts);
         self.shared.frontiers.publish(ts);
+        // Queued after the publish and shipped later: the commit never waits for a replica
+        // (a replica that has not applied `ts` is stale for reads at `ts` and falls back).
+        if let Some(replication) = &self.replication {
+            replication.push(ReplicaEvent::Commit { ts, writes });
+        }
         drop((tables, locks));
         self.released.notify_all();
         let commits = self.commits_since_compaction.get() + 1;
@@ -1001,7 +1110,7 @@ impl Compute {
                 ))
             }
         }
-        self.shared.catalog_version.fetch_add(1, Ordering::AcqRel);
+        // The catalog version moves in `announce_schema`, when the tables did change.
         Ok(answer)
     }
 }
@@ -1241,6 +1350,9 @@ impl Drop for ReplyWait<'_> {
     }
 }
 
+/// Batches a read waits for its replica to catch up before going to the compute instead.
+const REPLICA_WAITS_MAX: u32 = 8;
+
 /// Spare buffers kept for reuse per kind; more are dropped (they come back one per message).
 const SPARES_MAX: usize = 16;
 /// A reply buffer that grew past this for one large result is not kept.
@@ -1272,6 +1384,8 @@ pub struct Dispatcher {
     pub shard_id: usize,
     mesh: Mesh<Message>,
     pub compute: Option<Rc<Compute>>,
+    /// This shard's read replica of the compute's tables (other shards, `--read-replicas on`).
+    pub replica: Option<Rc<Replica>>,
     /// This shard's counters (the engine's and the dispatcher's).
     pub counters: Counters,
     outbox: RefCell<RequestBatch>,
@@ -1293,11 +1407,14 @@ impl Dispatcher {
     /// on the compute shard, the compaction timer).
     pub fn new(mesh: Mesh<Message>, shared: Arc<Shared>) -> Rc<Dispatcher> {
         let shard_id = mesh.shard_id;
+        let replica = (shard_id != COMPUTE_SHARD && shared.read_replicas)
+            .then(|| Rc::new(Replica::new(shard_id, shared.clone())));
         let compute = (shard_id == COMPUTE_SHARD).then(|| Rc::new(Compute::new(shared)));
         let dispatcher = Rc::new(Dispatcher {
             shard_id,
             mesh,
             compute,
+            replica,
             counters: Counters {
                 metrics_on: metrics_on(),
                 ..Counters::default()
@@ -1314,10 +1431,122 @@ impl Dispatcher {
             stats: RefCell::new(HashMap::new()),
         });
         match &dispatcher.compute {
-            Some(compute) => compute.start_compaction_timer(),
+            Some(compute) => {
+                compute.start_compaction_timer();
+                if compute.replication.is_some() {
+                    Self::start_shipper(&dispatcher);
+                }
+            }
             None => Self::start_flusher(&dispatcher),
         }
+        if let Some(replica) = &dispatcher.replica {
+            start_replica_compaction_timer(replica);
+        }
         dispatcher
+    }
+
+    /// The compute shard's task that ships commits and DDL to the replicas: parked until the
+    /// first event of an executor turn wakes it, so it runs after every task already ready in
+    /// that turn and their commits share one message per shard.
+    fn start_shipper(me: &Rc<Self>) {
+        let delay = me
+            .compute
+            .as_ref()
+            .map_or(Duration::ZERO, |c| c.shared.replica_ship_delay);
+        let me = Rc::downgrade(me);
+        glommio::spawn_local(async move {
+            while let Some(dispatcher) = ShipWanted(&me).await {
+                if !delay.is_zero() {
+                    drop(dispatcher);
+                    shards::time::sleep(delay).await;
+                    let Some(again) = me.upgrade() else { return };
+                    again.ship_replicas();
+                    continue;
+                }
+                dispatcher.ship_replicas();
+            }
+        })
+        .detach();
+    }
+
+    /// Send every queued replica event to every other shard (one message each, sharing one
+    /// batch). Called by the shipper task, and before any reply leaves the compute, so a
+    /// shard applies a commit before it sees the reply to the write.
+    fn ship_replicas(&self) {
+        let Some(events) = self.compute.as_ref().and_then(|c| c.take_replica_events()) else {
+            return;
+        };
+        let batch: ReplicaBatch = Arc::new(events);
+        for shard in (0..self.mesh.shards()).filter(|&s| s != self.shard_id) {
+            self.send(shard, Message::Replicate(batch.clone()));
+        }
+    }
+
+    /// Send replies from the compute to shard `to`, after any replica events they may depend on.
+    fn reply(&self, to: usize, msg: Message) {
+        let delayed = self
+            .compute
+            .as_ref()
+            .is_some_and(|c| !c.shared.replica_ship_delay.is_zero());
+        if !delayed {
+            self.ship_replicas();
+        }
+        self.send(to, msg);
+    }
+
+    /// Run a read against this shard's replica once it provably may serve it (see
+    /// `crate::replica`). A replica that is only *behind* — the commits or DDL the read must
+    /// see are already committed and on their way — is waited for: that costs at most the
+    /// one crossing already under way, where going to the compute costs two plus the
+    /// compute's time. None: no replica here, or the read must go to the compute (it needs
+    /// its block's intents, reads `ringwire.table_stats`, or the replica compacted past it).
+    ///
+    /// # Cancel safety
+    /// Dropping the future while it waits leaves nothing behind (`out` is untouched).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn replica_peek(
+        &self,
+        plan: &TablePlan,
+        params: &[Value],
+        read: ReadSpec,
+        session: &dyn SessionInfo,
+        formats: &[Format],
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(u64, Timestamp), PgError>> {
+        let replica = self.replica.as_ref()?;
+        // Loaded once: a serializable read retried after each batch must not chase a frontier
+        // that commits keep moving.
+        let latest_floor = match read.at {
+            ReadAt::Latest => replica.frontier(),
+            _ => 0,
+        };
+        let mut waits = 0;
+        loop {
+            match replica.peek(plan, params, read, latest_floor, session, formats, out) {
+                Ok(result) => {
+                    Counters::bump(&self.counters.replica_hits);
+                    return Some(result);
+                }
+                // Every wait but a stream of DDL ends at the first batch (the read's timestamp
+                // is fixed); the bound keeps even that from holding a read indefinitely.
+                Err(Fallback::Behind) if waits < REPLICA_WAITS_MAX => {
+                    if waits == 0 {
+                        Counters::bump(&self.counters.replica_stale);
+                    }
+                    waits += 1;
+                    replica.applied_changed().await;
+                }
+                Err(Fallback::Behind) => {
+                    Counters::bump(&self.counters.replica_fallbacks);
+                    return None;
+                }
+                Err(Fallback::Compacted) => {
+                    Counters::bump(&self.counters.replica_fallbacks);
+                    return None;
+                }
+                Err(Fallback::NotReplicated) => return None,
+            }
+        }
     }
 
     /// The task that sends the outbox: parked until the first request of an executor turn
@@ -1511,7 +1740,7 @@ impl Dispatcher {
                             let (compute, me) = (compute.clone(), self.clone());
                             glommio::spawn_local(async move {
                                 let reply = compute.handle(request).await;
-                                me.send(
+                                me.reply(
                                     from,
                                     Message::Replies {
                                         replies: vec![(id, reply)],
@@ -1524,7 +1753,7 @@ impl Dispatcher {
                     }
                 }
                 if !replies.is_empty() || batch.capacity() > 0 {
-                    self.send(
+                    self.reply(
                         from,
                         Message::Replies {
                             replies,
@@ -1537,6 +1766,13 @@ impl Dispatcher {
                 Some(compute) => compute.cancel_wait(tx),
                 None => log::error!(
                     "shard {}: a cancel for the compute sent to a shard without compute",
+                    self.shard_id
+                ),
+            },
+            Message::Replicate(batch) => match &self.replica {
+                Some(replica) => replica.apply(batch),
+                None => log::error!(
+                    "shard {}: replica events reached a shard without a replica",
                     self.shard_id
                 ),
             },
@@ -1632,6 +1868,43 @@ fn keep_spare<T>(pool: &RefCell<Vec<Vec<T>>>, spare: Vec<T>) {
     if spare.capacity() > 0 && pool.len() < SPARES_MAX {
         debug_assert!(spare.is_empty(), "a spare vector must come back empty");
         pool.push(spare);
+    }
+}
+
+/// Compact a replica on a timer as well as every [`COMPACT_EVERY_COMMITS`] commits applied,
+/// so versions go once this shard's last snapshot needing them ends. Holds only a weak
+/// reference: it ends with the replica.
+fn start_replica_compaction_timer(replica: &Rc<Replica>) {
+    let me = Rc::downgrade(replica);
+    glommio::spawn_local(async move {
+        loop {
+            shards::time::sleep(COMPACT_INTERVAL).await;
+            let Some(replica) = me.upgrade() else { return };
+            replica.compact();
+        }
+    })
+    .detach();
+}
+
+/// Resolves when the compute has replica events to ship (None once the dispatcher is gone).
+struct ShipWanted<'a>(&'a Weak<Dispatcher>);
+
+impl Future for ShipWanted<'_> {
+    type Output = Option<Rc<Dispatcher>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(dispatcher) = self.0.upgrade() else {
+            return Poll::Ready(None);
+        };
+        let replication = dispatcher
+            .compute
+            .as_ref()
+            .and_then(|c| c.replication.as_ref())
+            .expect("the shipper runs only with a compute that replicates");
+        if !replication.pending.borrow().is_empty() {
+            return Poll::Ready(Some(dispatcher));
+        }
+        replication.shipper.set(Some(cx.waker().clone()));
+        Poll::Pending
     }
 }
 

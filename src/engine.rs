@@ -328,6 +328,15 @@ impl Frontend {
             batch_max: c.batch_max.get(),
             plan_cache_hits,
             plan_cache_misses,
+            replica_hits: c.replica_hits.get(),
+            replica_stale: c.replica_stale.get(),
+            replica_fallbacks: c.replica_fallbacks.get(),
+            replica_applied: self.dispatcher.replica.as_ref().map(|r| r.applied()),
+            replica_versions: self
+                .dispatcher
+                .replica
+                .as_ref()
+                .map(|r| r.version_count() as u64),
             open_snapshots: held.values().map(|&n| n as u64).sum(),
             oldest_snapshot: held.keys().next().copied(),
             serving: match &self.metrics {
@@ -1166,6 +1175,11 @@ impl Frontend {
                     compute
                         .peek_into(plan, params, read, &info, formats, target)
                         .map(|(n, ts)| (n, Some(ts)))
+                } else if let Some(local) = self
+                    .replica_read(session, plan, params, read, formats, target)
+                    .await
+                {
+                    local.map(|(n, ts)| (n, Some(ts)))
                 } else {
                     let request = Request::Peek {
                         plan: plan.clone(),
@@ -1269,6 +1283,29 @@ impl Frontend {
         };
         backend::write_command_complete(cx.out, tag);
         Ok(None)
+    }
+
+    /// A read served by this shard's replica, when there is one and it provably holds (or,
+    /// once caught up, will hold) what the read must see (`crate::replica`): no message, rows
+    /// written straight into `out`. None: the read goes to the compute.
+    async fn replica_read(
+        &self,
+        session: &mut Session,
+        plan: &TablePlan,
+        params: &[Value],
+        read: ReadSpec,
+        formats: &[Format],
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(u64, Timestamp), PgError>> {
+        self.dispatcher.replica.as_ref()?;
+        session.refresh_peek_session();
+        let info = StatementSession {
+            session: &session.peek_session,
+            statement_timestamp_us: session.statement_timestamp_us,
+        };
+        self.dispatcher
+            .replica_peek(plan, params, read, &info, formats, out)
+            .await
     }
 
     /// `SELECT ... FROM ringwire.shard_stats`: every shard's counters, gathered over the mesh,

@@ -7,6 +7,8 @@
 //! - [`dispatch`]: the compute (tables, locks, commits, compaction) on shard 0 and the
 //!   per-shard dispatcher that batches peeks and writes to it over the mesh.
 //! - [`compute`]: multi-versioned tables and the executor of table plans.
+//! - [`replica`]: the read replica of the compute's tables that every other shard keeps,
+//!   fed with the compute's commits over the mesh, serving reads when provably fresh.
 //! - `fuzzing` (hidden): statement text → plan → constant evaluation without a server, for
 //!   the `sql_plan` fuzz target and `tests/sql_front_props.rs`.
 //! - [`upstream`]: upstream mode (`--upstream`): the engine that relays every connection to
@@ -27,6 +29,7 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics_http;
+pub mod replica;
 pub mod settings;
 pub mod sql;
 pub mod stats;

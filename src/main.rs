@@ -154,6 +154,17 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     metrics: OnOff,
 
+    /// Every shard but the compute's keeps a read replica of every table, fed by the
+    /// compute's commits, and serves reads from it when it provably holds every acknowledged
+    /// write (else the read goes to the compute). Costs a copy of every table per shard.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    read_replicas: OnOff,
+
+    /// Testing only: hold every shipment to the read replicas this long, so tests can make
+    /// replicas lag and check that a stale replica is never read.
+    #[arg(long, hide = true, value_name = "US", default_value_t = 0)]
+    replica_ship_delay_us: u64,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -398,6 +409,8 @@ fn main() -> ExitCode {
     }
     logger.init();
     let metrics_listen = cli.metrics_listen;
+    let read_replicas = cli.read_replicas == OnOff::On;
+    let replica_ship_delay = std::time::Duration::from_micros(cli.replica_ship_delay_us);
     let upstream = match cli.upstream.take() {
         None if !cli.replica.is_empty() => {
             eprintln!("ringwire: --replica needs --upstream (the primary)");
@@ -487,7 +500,11 @@ fn main() -> ExitCode {
             })
         }
         None => {
-            let shared = ringwire::dispatch::Shared::new(config.placement.shard_count());
+            let shared = ringwire::dispatch::Shared::with_read_replicas(
+                config.placement.shard_count(),
+                read_replicas,
+                replica_ship_delay,
+            );
             shards::runtime::run(config, listeners, move |mesh| {
                 let shard = mesh.shard_id;
                 let frontend = Frontend::new(mesh, shared.clone());

@@ -284,7 +284,7 @@ pub fn render(gathered: &Gathered) -> String {
     let h = &m.engine.batch_sizes;
     histogram(&mut out, name, "", h, estimated_sum(h), 1.0, &BATCH_BUCKETS);
 
-    let counters: [(&str, &str, u64); 15] = [
+    let counters: [(&str, &str, u64); 18] = [
         (
             "ringwire_connections_opened_total",
             "Connections accepted.",
@@ -344,6 +344,21 @@ pub fn render(gathered: &Gathered) -> String {
             "ringwire_dispatch_requests_sent_total",
             "Requests sent to the compute in those messages.",
             m.requests_sent,
+        ),
+        (
+            "ringwire_replica_hits_total",
+            "Reads served by a shard's read replica without a message.",
+            m.replica_hits,
+        ),
+        (
+            "ringwire_replica_stale_total",
+            "Reads that found their shard's replica behind and waited for it to catch up.",
+            m.replica_stale,
+        ),
+        (
+            "ringwire_replica_fallbacks_total",
+            "Reads a replica had compacted past (sent to the compute).",
+            m.replica_fallbacks,
         ),
         (
             "ringwire_plan_cache_hits_total",

@@ -42,6 +42,13 @@ pub struct Counters {
     pub latest_reads: Cell<u64>,
     /// Requests the compute answered on this shard without any message (the compute shard).
     pub direct_requests: Cell<u64>,
+    /// Reads this shard's read replica served (no message); reads that found it behind and
+    /// waited for it to catch up (then served by it, so counted in both); and reads sent on
+    /// to the compute (it had compacted past them, or it was still behind after
+    /// `REPLICA_WAITS_MAX` batches). See `crate::replica`.
+    pub replica_hits: Cell<u64>,
+    pub replica_stale: Cell<u64>,
+    pub replica_fallbacks: Cell<u64>,
     /// Mesh messages carrying requests to the compute, and the requests in them.
     pub batches_sent: Cell<u64>,
     pub requests_sent: Cell<u64>,
@@ -136,6 +143,13 @@ pub struct ShardStats {
     pub batch_max: u64,
     pub plan_cache_hits: u64,
     pub plan_cache_misses: u64,
+    pub replica_hits: u64,
+    pub replica_stale: u64,
+    pub replica_fallbacks: u64,
+    /// The replica's last applied commit and the row versions it holds (None: no replica on
+    /// this shard).
+    pub replica_applied: Option<u64>,
+    pub replica_versions: Option<u64>,
     /// Transaction blocks on this shard holding a snapshot, and the oldest one.
     pub open_snapshots: u64,
     pub oldest_snapshot: Option<u64>,
@@ -158,6 +172,17 @@ pub fn merge(all: &[ShardStats]) -> Option<ShardStats> {
         m.batch_max = m.batch_max.max(s.batch_max);
         m.plan_cache_hits += s.plan_cache_hits;
         m.plan_cache_misses += s.plan_cache_misses;
+        m.replica_hits += s.replica_hits;
+        m.replica_stale += s.replica_stale;
+        m.replica_fallbacks += s.replica_fallbacks;
+        m.replica_applied = match (m.replica_applied, s.replica_applied) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        m.replica_versions = match (m.replica_versions, s.replica_versions) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         m.open_snapshots += s.open_snapshots;
         m.oldest_snapshot = match (m.oldest_snapshot, s.oldest_snapshot) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -249,6 +274,11 @@ pub fn relation(name: &str) -> Option<TableRef> {
                             ("executor_stall_us_max", INT8),
                             ("batch_size_p50", INT8),
                             ("batch_size_p99", INT8),
+                            ("replica_hits", INT8),
+                            ("replica_stale", INT8),
+                            ("replica_fallbacks", INT8),
+                            ("replica_applied", INT8),
+                            ("replica_versions", INT8),
                         ],
                     )
                 })
@@ -338,6 +368,11 @@ impl ShardStats {
             int8(self.serving.stall_us_max),
             int8(self.engine.batch_sizes.value_at_quantile(0.5)),
             int8(self.engine.batch_sizes.value_at_quantile(0.99)),
+            int8(self.replica_hits),
+            int8(self.replica_stale),
+            int8(self.replica_fallbacks),
+            self.replica_applied.map_or(Value::Null, int8),
+            self.replica_versions.map_or(Value::Null, int8),
         ]
     }
 

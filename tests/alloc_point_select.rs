@@ -6,7 +6,8 @@
 //! Query, the end of a cycle, a mesh message) is wrapped so that its polls are counted, which
 //! includes the compute's work on shard 0 for requests from shard 1. After warm-up, N repeated
 //! point selects must add exactly zero, on the compute's shard (a function call to the compute)
-//! and on another shard (a batched request over the mesh and its reply), for a prepared
+//! and on another shard — served by its read replica (the default), and with
+//! `--read-replicas off` as a batched request over the mesh and its reply — for a prepared
 //! statement (Bind/Execute/Sync), an unnamed one (Parse/Bind/Describe/Execute/Sync) and the
 //! simple protocol.
 //!
@@ -189,7 +190,7 @@ impl Engine for Counted {
 }
 
 /// Start the server in this process on a free port; it runs until the process exits.
-fn start_server() -> u16 {
+fn start_server(read_replicas: bool) -> u16 {
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         placement: Placement::Unpinned(SHARDS),
@@ -198,7 +199,7 @@ fn start_server() -> u16 {
     config.preflight().expect("this machine can run two shards");
     let listeners = shards::runtime::bind(&config).expect("bind");
     let port = listeners.local_addr.port();
-    let shared = Shared::new(SHARDS);
+    let shared = Shared::with_read_replicas(SHARDS, read_replicas, std::time::Duration::ZERO);
     std::thread::spawn(move || {
         shards::runtime::run(config, listeners, move |mesh| {
             SHARD.set(Some(mesh.shard_id));
@@ -258,9 +259,31 @@ where
     (added, per_query)
 }
 
+/// `counter` of `shard` in `ringwire.shard_stats`.
+async fn stat(client: &Client, shard: usize, counter: &str) -> i64 {
+    let msgs = client
+        .simple_query(&format!(
+            "select {counter} from ringwire.shard_stats where shard = {shard}"
+        ))
+        .await
+        .unwrap();
+    msgs.iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|v| v.parse().unwrap()),
+            _ => None,
+        })
+        .expect("a row for the shard")
+}
+
+/// Both servers run one after the other in one test: the allocation counters are global.
 #[tokio::test]
 async fn a_cached_point_select_does_not_allocate_in_the_engine() {
-    let port = start_server();
+    point_selects_do_not_allocate(true).await;
+    point_selects_do_not_allocate(false).await;
+}
+
+async fn point_selects_do_not_allocate(read_replicas: bool) {
+    let port = start_server(read_replicas);
     let setup = connect(port).await;
     setup
         .batch_execute(
@@ -287,11 +310,18 @@ async fn a_cached_point_select_does_not_allocate_in_the_engine() {
     let mut report = Vec::new();
     for (shard, client) in on_shard.iter().enumerate() {
         let client = client.as_ref().unwrap();
-        let where_ = if shard == 0 {
-            "the compute's shard"
-        } else {
-            "a shard sending to the compute"
+        let where_ = match (shard, read_replicas) {
+            (0, _) => "the compute's shard",
+            (_, true) => "a shard reading its replica",
+            (_, false) => "a shard sending to the compute",
         };
+        // Which path shard 1's reads took, checked after the measurements.
+        let counter = if read_replicas {
+            "replica_hits"
+        } else {
+            "requests_sent"
+        };
+        let path_before = stat(client, shard, counter).await;
 
         // Extended protocol, prepared once: Bind/Execute/Sync per query, binary formats.
         let stmt = client
@@ -308,7 +338,7 @@ async fn a_cached_point_select_does_not_allocate_in_the_engine() {
         })
         .await;
         report.push(format!(
-            "shard {shard} prepared: engine {added:?}, whole thread {per_query:.1}/query"
+            "replicas {read_replicas}, shard {shard} prepared: engine {added:?}, whole thread {per_query:.1}/query"
         ));
         assert_eq!(
             added,
@@ -326,7 +356,7 @@ async fn a_cached_point_select_does_not_allocate_in_the_engine() {
         })
         .await;
         report.push(format!(
-            "shard {shard} unnamed: engine {added:?}, whole thread {per_query:.1}/query"
+            "replicas {read_replicas}, shard {shard} unnamed: engine {added:?}, whole thread {per_query:.1}/query"
         ));
         assert_eq!(
             added,
@@ -348,7 +378,7 @@ async fn a_cached_point_select_does_not_allocate_in_the_engine() {
         })
         .await;
         report.push(format!(
-            "shard {shard} simple: engine {added:?}, whole thread {per_query:.1}/query"
+            "replicas {read_replicas}, shard {shard} simple: engine {added:?}, whole thread {per_query:.1}/query"
         ));
         assert_eq!(
             added,
@@ -372,7 +402,7 @@ async fn a_cached_point_select_does_not_allocate_in_the_engine() {
         })
         .await;
         report.push(format!(
-            "shard {shard} simple, varying literal: engine {added:?}, whole thread {per_query:.1}/query"
+            "replicas {read_replicas}, shard {shard} simple, varying literal: engine {added:?}, whole thread {per_query:.1}/query"
         ));
         assert_eq!(
             added,
@@ -396,6 +426,14 @@ async fn a_cached_point_select_does_not_allocate_in_the_engine() {
             after[shard] > before[shard],
             "the counting allocator did not see the engine's allocations on shard {shard}"
         );
+        if shard == 1 {
+            // 4 kinds × 2 × ROUNDS point selects, plus the plan-miss statement above.
+            let path = stat(client, shard, counter).await - path_before;
+            assert!(
+                path >= 8 * ROUNDS as i64,
+                "shard 1's point selects did not go through {where_}: {counter} moved {path}"
+            );
+        }
     }
     // Outside the engine: the connection state machine, the socket layer and the mesh channel.
     eprintln!("{}", report.join("\n"));

@@ -397,10 +397,27 @@ async fn serializable_reads_skip_the_oracle_and_show_says_so() {
 
 /// Per-shard counters, read with SQL: plan-cache hits move by exactly the repeated statements
 /// on the connection's shard, requests by the statements sent to the compute, and the other
-/// shard's counters do not move.
+/// shard's counters do not move. With `--read-replicas off` every read on shard 1 is a
+/// request to the compute, and requests of one executor turn share a batch.
 #[tokio::test]
 async fn shard_stats_count_plan_cache_hits_and_dispatched_requests_per_shard() {
-    let rw = Ringwire::start(&["--shards", "2"]);
+    shard_stats_count(false).await;
+}
+
+/// The same with read replicas (the default): shard 1's reads are replica hits, not
+/// requests, while nothing is being written.
+#[tokio::test]
+async fn shard_stats_count_replica_hits_per_shard() {
+    shard_stats_count(true).await;
+}
+
+async fn shard_stats_count(replicas: bool) {
+    let rw = Ringwire::start(&[
+        "--shards",
+        "2",
+        "--read-replicas",
+        if replicas { "on" } else { "off" },
+    ]);
     let conns = one_per_shard(&rw, 2).await;
     conns[0]
         .batch_execute("create table s (id int4 primary key, v text)")
@@ -463,7 +480,18 @@ async fn shard_stats_count_plan_cache_hits_and_dispatched_requests_per_shard() {
                 "the compute shard calls directly"
             );
             assert_eq!(moved("requests_sent"), 0);
+            assert_eq!(moved("replica_hits"), 0, "the compute shard has no replica");
+        } else if replicas {
+            assert_eq!(
+                moved("replica_hits"),
+                REPEATS,
+                "every point select served by shard 1's replica"
+            );
+            assert_eq!(moved("replica_stale"), 0, "nothing was written meanwhile");
+            assert_eq!(moved("requests_sent"), 0, "no read went to the compute");
+            assert_eq!(moved("direct_requests"), 0);
         } else {
+            assert_eq!(moved("replica_hits"), 0);
             assert_eq!(
                 moved("requests_sent"),
                 REPEATS,
@@ -514,6 +542,9 @@ async fn shard_stats_count_plan_cache_hits_and_dispatched_requests_per_shard() {
         3 + 1
     );
 
+    if replicas {
+        return;
+    }
     // Requests from many connections of one shard in the same executor turn travel together.
     let mut clients = Vec::new();
     while clients.len() < 8 {

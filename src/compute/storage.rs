@@ -311,14 +311,14 @@ enum Stamp {
     Intent(TxId),
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Version {
     stamp: Stamp,
     /// None: the row is deleted as of this version.
     data: Option<Box<[Value]>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Chain {
     /// Oldest first; committed versions in increasing timestamp, then at most one intent.
     /// Most rows have exactly one version, kept inline.
@@ -373,7 +373,7 @@ impl Chain {
 
 /// The rows holding one key: almost always one (and always at most one visible per view in a
 /// unique index), but a non-unique index may hold many.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Postings {
     One(RowId),
     Many(BTreeSet<RowId>),
@@ -439,7 +439,7 @@ impl Iterator for PostingsIter<'_> {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Index {
     def: IndexDef,
     entries: BTreeMap<Key, Postings>,
@@ -504,6 +504,10 @@ pub struct Mark(usize);
 // ---------------------------------------------------------------------------------------------
 
 /// One table: its definition, its rows (version chains) and its indexes.
+///
+/// A *replica* of a table (on a shard other than the compute's, see `crate::replica`) is a
+/// [`Table::committed_copy`] kept current with [`Table::apply_committed`]: the same row ids,
+/// the same committed versions and the same indexes, so the same plans run on it.
 #[derive(Debug)]
 pub struct Table {
     def: TableRef,
@@ -824,6 +828,17 @@ impl Table {
     /// If `ts` is older than a committed version of a row `tx` wrote: timestamps from the
     /// oracle only grow, and the lead's write locks keep writers of one table in order.
     pub fn commit(&mut self, tx: TxId, ts: Timestamp) {
+        self.commit_with(tx, ts, |_, _| {});
+    }
+
+    /// [`Table::commit`], calling `after(row, data)` with each row's new committed version
+    /// (None: deleted) — what a replica needs to apply the commit.
+    pub fn commit_with(
+        &mut self,
+        tx: TxId,
+        ts: Timestamp,
+        mut after: impl FnMut(RowId, Option<&[Value]>),
+    ) {
         let Some(pos) = self.txs.iter().position(|(t, _)| *t == tx) else {
             return;
         };
@@ -844,6 +859,7 @@ impl Table {
                 "commit of an intent it did not write"
             );
             last.stamp = Stamp::Committed(ts);
+            after(rid, last.data.as_deref());
             if chain.needs_compaction() && !chain.queued {
                 chain.queued = true;
                 self.compact_queue.push(rid);
@@ -1152,6 +1168,84 @@ impl Table {
             });
             self.tx_state(tx).undo.push(Undo::Pop(rid));
         }
+    }
+
+    // --- replicas ------------------------------------------------------------------------
+
+    /// A copy holding exactly the committed versions (intents stripped, with the index entries
+    /// only they used), the same row ids and the same indexes: a replica's starting state.
+    pub fn committed_copy(&self) -> Table {
+        let mut copy = Table {
+            def: self.def.clone(),
+            rows: self.rows.clone(),
+            free: Vec::new(),
+            indexes: self.indexes.clone(),
+            has_primary: self.has_primary,
+            txs: Vec::new(),
+            compact_queue: self.compact_queue.clone(),
+        };
+        for rid in 0..copy.rows.len() {
+            let chain = &mut copy.rows[rid];
+            if !matches!(chain.versions.last(), Some(v) if matches!(v.stamp, Stamp::Intent(_))) {
+                continue;
+            }
+            let intent = chain.versions.pop().expect("checked above");
+            let chain = &copy.rows[rid];
+            if let Some(data) = intent.data {
+                for idx in &mut copy.indexes {
+                    idx.remove_if_unused(rid as RowId, &data, chain);
+                }
+            }
+            if copy.rows[rid].versions.is_empty() {
+                // An uncommitted insert: the slot is empty here (not free: a replica takes
+                // its row ids from the compute and never picks one).
+                copy.rows[rid] = Chain::default();
+            }
+        }
+        copy
+    }
+
+    /// A replica applies one row of a commit at `ts`: row `rid`'s new version is `data` (None:
+    /// deleted). No constraint is checked (the compute checked them); commits must arrive in
+    /// timestamp order.
+    ///
+    /// # Panics
+    /// If `ts` is older than the row's newest version, or the row holds an intent (a replica
+    /// has none).
+    pub fn apply_committed(&mut self, rid: RowId, data: Option<Box<[Value]>>, ts: Timestamp) {
+        let slot = rid as usize;
+        if slot >= self.rows.len() {
+            self.rows.resize_with(slot + 1, Chain::default);
+        }
+        if let Some(row) = data.as_deref() {
+            for idx in &mut self.indexes {
+                idx.add(rid, row);
+            }
+        }
+        let chain = &mut self.rows[slot];
+        if let Some(last) = chain.versions.last() {
+            match last.stamp {
+                Stamp::Committed(prev) => {
+                    assert!(prev <= ts, "replica applied {ts} after {prev}")
+                }
+                Stamp::Intent(tx) => panic!("a replica row holds an intent of {tx}"),
+            }
+        }
+        chain.versions.push(Version {
+            stamp: Stamp::Committed(ts),
+            data,
+        });
+        if chain.needs_compaction() && !chain.queued {
+            chain.queued = true;
+            self.compact_queue.push(rid);
+        }
+    }
+
+    /// [`Table::compact`] for a replica: slots that empty are left empty rather than kept for
+    /// reuse (the compute picks row ids).
+    pub fn compact_replica(&mut self, below: Timestamp) {
+        self.compact(below);
+        self.free.clear();
     }
 
     // --- compaction ----------------------------------------------------------------------
@@ -1954,6 +2048,10 @@ mod tests {
             let mut t = table();
             let mut history: Vec<(Timestamp, State)> = vec![(0, State::new())];
             let mut floor: Timestamp = 0; // compacted below this
+                                          // A read replica fed with every commit's after-images, compacted on its own, and
+                                          // now and then replaced by a fresh committed copy (as after DDL).
+            let mut replica = t.committed_copy();
+            let mut replica_floor: Timestamp = 0;
             let mut next_tx: TxId = 1;
             let mut open: Option<(TxId, State)> = None;
             for _ in 0..400 {
@@ -2017,7 +2115,13 @@ mod tests {
                     5 => {
                         if let Some((tx, work)) = open.take() {
                             let ts = latest.0 + 1 + rng.below(3);
-                            t.commit(tx, ts);
+                            let mut rows = Vec::new();
+                            t.commit_with(tx, ts, |rid, data| {
+                                rows.push((rid, data.map(Box::from)))
+                            });
+                            for (rid, data) in rows {
+                                replica.apply_committed(rid, data, ts);
+                            }
                             history.push((ts, work));
                         }
                     }
@@ -2029,6 +2133,12 @@ mod tests {
                     7 => {
                         floor = floor.max(rng.below(latest.0 + 1));
                         t.compact(floor);
+                        replica_floor = replica_floor.max(rng.below(latest.0 + 1));
+                        replica.compact_replica(replica_floor);
+                        if rng.chance(15) {
+                            replica = t.committed_copy();
+                            replica_floor = replica_floor.max(floor);
+                        }
                     }
                     _ => {
                         let ts = floor + rng.below(latest.0 + 3 - floor);
@@ -2040,6 +2150,15 @@ mod tests {
                             .1
                             .clone();
                         check_queries(&t, &mut rng, View::at(ts), &state);
+                        let ts = replica_floor + rng.below(latest.0 + 3 - replica_floor);
+                        let state = history
+                            .iter()
+                            .rev()
+                            .find(|(c, _)| *c <= ts)
+                            .unwrap()
+                            .1
+                            .clone();
+                        check_queries(&replica, &mut rng, View::at(ts), &state);
                         if let Some((tx, work)) = &open {
                             let work = work.clone();
                             check_queries(&t, &mut rng, View::for_tx(*tx), &work);
@@ -2058,6 +2177,11 @@ mod tests {
             // One entry per index per row (NULL keys are indexed too).
             assert_eq!(t.index_entry_count(), state.len() * 3);
             check_queries(&t, &mut rng, View::LATEST, &state);
+            // The replica ends in the same state, with the same bounded garbage.
+            replica.compact_replica(ts);
+            assert_eq!(replica.version_count(), state.len());
+            assert_eq!(replica.index_entry_count(), state.len() * 3);
+            check_queries(&replica, &mut rng, View::LATEST, &state);
         }
     }
 }
