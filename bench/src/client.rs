@@ -6,13 +6,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::rc::Rc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use glommio::net::TcpStream;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use hdrhistogram::Histogram;
 use protocol::backend::BackendMessage;
 use protocol::frontend::{
@@ -20,7 +16,7 @@ use protocol::frontend::{
     encode_sasl_response, encode_startup, PROTOCOL_3_0,
 };
 use protocol::wire::{frame_bytes_needed, split_frame, Reader};
-use shards::uring::UringStream;
+use shards::connect::{Address, ShardStream};
 
 use crate::auth::{md5_password, Scram};
 use crate::workload::{Cursor, Mode, Workload};
@@ -251,7 +247,7 @@ impl ReadBuf {
     }
 
     /// Read at least one more byte; `Ok(0)` is end of stream.
-    async fn fill(&mut self, stream: &mut Stream) -> std::io::Result<usize> {
+    async fn fill(&mut self, stream: &mut ShardStream) -> std::io::Result<usize> {
         self.make_room();
         let n = stream.read(&mut self.buf[self.end..]).await?;
         self.end += n;
@@ -259,93 +255,29 @@ impl ReadBuf {
     }
 }
 
-/// Where a connection's bytes go: glommio's `TcpStream`, or the server's own socket layer
-/// (`shards::uring`, `--driver shards`), so the load generator can run on exactly the code the
-/// server runs on.
-enum Stream {
-    Glommio(TcpStream),
-    Shards(UringStream),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Glommio(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Shards(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Glommio(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Shards(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Glommio(s) => Pin::new(s).poll_flush(cx),
-            Stream::Shards(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Glommio(s) => Pin::new(s).poll_close(cx),
-            Stream::Shards(s) => Pin::new(s).poll_close(cx),
-        }
-    }
-}
-
 /// An open, authenticated connection, idle (the last message seen was ReadyForQuery).
 pub struct Connection {
-    stream: Stream,
+    /// glommio's `TcpStream`, or (`--driver shards`) a stream on this thread's
+    /// `shards::uring` driver: the socket layer a server shard runs on.
+    stream: ShardStream,
     pub(crate) rbuf: ReadBuf,
     /// Requests being written (the ring driver's "in flight" buffer).
     pub(crate) out: Vec<u8>,
 }
 
 impl Connection {
-    /// Connect, authenticate, and (prepared mode) Parse every statement once. With `ring`,
-    /// the connection is opened on (and later served by) that `shards::uring` driver, which
-    /// must be running on this thread; otherwise on glommio's `TcpStream`.
+    /// Connect (with TCP_NODELAY), authenticate, and (prepared mode) Parse every statement
+    /// once. The connection is opened on this thread's `shards::uring` driver if one runs here
+    /// (`--driver shards`), otherwise on glommio's `TcpStream`.
     pub async fn open(
         params: &ConnectParams,
         workload: &Workload,
         pipeline: usize,
-        ring: Option<&Rc<shards::uring::Driver>>,
     ) -> Result<Connection, String> {
         let setup = async {
-            let cannot = |e: io::Error| format!("cannot connect to {}: {e}", params.addr);
-            let stream = match ring {
-                // TCP_NODELAY is set by the driver's connect.
-                Some(driver) => Stream::Shards(
-                    driver
-                        .connect(params.addr.into())
-                        .map_err(cannot)?
-                        .await
-                        .map_err(cannot)?,
-                ),
-                None => {
-                    let stream = TcpStream::connect_timeout(params.addr, SETUP_TIMEOUT)
-                        .await
-                        .map_err(|e| format!("cannot connect to {}: {e}", params.addr))?;
-                    stream
-                        .set_nodelay(true)
-                        .map_err(|e| format!("TCP_NODELAY: {e}"))?;
-                    Stream::Glommio(stream)
-                }
-            };
+            let stream = shards::connect::connect(&Address::Tcp(params.addr))
+                .await
+                .map_err(|e: io::Error| format!("cannot connect to {}: {e}", params.addr))?;
             let mut conn = Connection {
                 stream,
                 rbuf: ReadBuf::new(),
@@ -384,9 +316,9 @@ impl Connection {
     /// glommio's `TcpStream`.
     pub(crate) fn fd(&self) -> std::os::fd::RawFd {
         match &self.stream {
-            Stream::Glommio(s) => std::os::fd::AsRawFd::as_raw_fd(s),
-            Stream::Shards(_) => {
-                unreachable!("the raw ring driver is given glommio-opened connections only")
+            ShardStream::GlommioTcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+            ShardStream::Uring(_) | ShardStream::GlommioUnix(_) => {
+                unreachable!("the raw ring driver is given glommio TCP connections only")
             }
         }
     }

@@ -157,10 +157,9 @@ pub fn run_level(cfg: &BenchConfig, concurrency: usize, level_seed: u64) -> Leve
                     .iter()
                     .filter(|_| failure.is_none())
                     .map(|&id| {
-                        let (workload, params, ring) =
-                            (workload.clone(), params.clone(), ring.clone());
+                        let (workload, params) = (workload.clone(), params.clone());
                         glommio::spawn_local(async move {
-                            Connection::open(&params, &workload, pipeline, ring.as_ref())
+                            Connection::open(&params, &workload, pipeline)
                                 .await
                                 .map(|c| (id, c))
                         })
