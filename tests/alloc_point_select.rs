@@ -14,6 +14,8 @@
 //! What the connection state machine and the I/O layer allocate around the engine (outside
 //! the engine calls) is printed, not asserted: that path belongs to `shards`.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::future::Future;
@@ -23,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bumpalo::Bump;
+use common::client::shard_of;
 use protocol::backend::TransactionStatus;
 use protocol::frontend::{Bind, Oids};
 use protocol::PgError;
@@ -218,15 +221,6 @@ async fn connect(port: u16) -> Client {
     .expect("connect");
     tokio::spawn(conn);
     client
-}
-
-async fn shard_of(client: &Client) -> usize {
-    let pid: i32 = client
-        .query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    shards::shard_of_process_id(pid)
 }
 
 fn engine_allocations() -> [u64; SHARDS] {

@@ -11,6 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::client::connect_on_shard;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use common::wire::{self, error_field, read_messages, simple_query, startup_message};
@@ -228,23 +229,6 @@ async fn lock_waits_end_at_statement_timeout_and_cancel_as_postgres_does_it() {
         let got = lock_wait_story(&a, Arc::new(b)).await;
         assert_eq!(got, want, "waiting session on shard {shard}");
     }
-}
-
-/// A session on `shard` (connections land by the kernel's hash or round robin: open until one
-/// does).
-async fn connect_on_shard(conninfo: &str, shard: usize) -> tokio_postgres::Client {
-    for _ in 0..100 {
-        let client = connect(conninfo).await;
-        let pid: i32 = client
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if shards::shard_of_process_id(pid) == shard {
-            return client;
-        }
-    }
-    panic!("no connection landed on shard {shard} in 100 tries");
 }
 
 /// Open a raw session, set the idle-in-transaction limit, begin, and go quiet: what arrives?

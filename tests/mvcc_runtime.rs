@@ -6,26 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::client::{connect, connect_on_shard, shard_of};
 use common::ringwire::Ringwire;
-use tokio_postgres::{error::SqlState, Client, NoTls, SimpleQueryMessage};
-
-async fn connect(rw: &Ringwire) -> Client {
-    let (client, conn) = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
-    client
-}
-
-/// Which shard owns a connection (the shard id is in the high bits of the process id).
-async fn shard_of(client: &Client) -> usize {
-    let pid: i32 = client
-        .query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    shards::shard_of_process_id(pid)
-}
+use tokio_postgres::{error::SqlState, Client, SimpleQueryMessage};
 
 /// One connection on each of `shards` shards, in shard order.
 async fn one_per_shard(rw: &Ringwire, shards: usize) -> Vec<Client> {
@@ -139,7 +122,7 @@ async fn a_held_snapshot_survives_compaction_and_versions_are_bounded_after_it()
     assert_eq!(versions(on_compute, "hot").await, 10);
 
     // The long transaction, on the shard that is not the compute's: its hold crosses cores.
-    let long = connect_on(&rw, 1).await;
+    let long = connect_on_shard(&rw.connection_string("postgres"), 1).await;
     long.batch_execute("begin").await.unwrap();
     let sum_before = one_value(&long, "select sum(v) from hot").await;
     assert_eq!(sum_before, "0");
@@ -217,17 +200,6 @@ async fn a_held_snapshot_survives_compaction_and_versions_are_bounded_after_it()
         one_value(&long, "select sum(v) from hot").await,
         (20 * ROUNDS).to_string()
     );
-}
-
-/// A new connection that landed on `shard`.
-async fn connect_on(rw: &Ringwire, shard: usize) -> Client {
-    for _ in 0..200 {
-        let c = connect(rw).await;
-        if shard_of(&c).await == shard {
-            return c;
-        }
-    }
-    panic!("no connection landed on shard {shard}");
 }
 
 /// SHOW tells the truth: the default is strict serializable (what ringwire runs, not
@@ -548,7 +520,9 @@ async fn shard_stats_count(replicas: bool) {
     // Requests from many connections of one shard in the same executor turn travel together.
     let mut clients = Vec::new();
     while clients.len() < 8 {
-        clients.push(std::sync::Arc::new(connect_on(&rw, 1).await));
+        clients.push(std::sync::Arc::new(
+            connect_on_shard(&rw.connection_string("postgres"), 1).await,
+        ));
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -9,37 +9,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::client::{connect_on_shard, connect_to};
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
-
-async fn connect_to(connection_string: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(connection_string, NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
-    client
-}
-
-async fn shard_of(client: &Client) -> usize {
-    let pid: i32 = client
-        .query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    shards::shard_of_process_id(pid)
-}
-
-/// A new connection that landed on `shard`.
-async fn connect_on(rw: &Ringwire, shard: usize) -> Client {
-    for _ in 0..200 {
-        let c = connect_to(&rw.connection_string("postgres")).await;
-        if shard_of(&c).await == shard {
-            return c;
-        }
-    }
-    panic!("no connection landed on shard {shard}");
-}
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// What a simple query answered: rows as text, or the SQLSTATE.
 async fn outcome(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
@@ -88,7 +61,7 @@ async fn replica_reads_are_linearizable_with_writers_on_both_shards() {
 
 async fn linearizable_run(delay_us: &'static str) {
     let rw = Ringwire::start(&["--shards", "2", "--replica-ship-delay-us", delay_us]);
-    let setup = connect_on(&rw, 0).await;
+    let setup = connect_on_shard(&rw.connection_string("postgres"), 0).await;
     setup
         .batch_execute(
             "create table lin (k int4 primary key, v int8 not null);
@@ -96,14 +69,17 @@ async fn linearizable_run(delay_us: &'static str) {
         )
         .await
         .unwrap();
-    let writers = [connect_on(&rw, 0).await, connect_on(&rw, 1).await];
+    let writers = [
+        connect_on_shard(&rw.connection_string("postgres"), 0).await,
+        connect_on_shard(&rw.connection_string("postgres"), 1).await,
+    ];
     // Readers mostly on the replica's shard; one on the compute's for the other direction.
     let readers = [
-        connect_on(&rw, 1).await,
-        connect_on(&rw, 1).await,
-        connect_on(&rw, 0).await,
+        connect_on_shard(&rw.connection_string("postgres"), 1).await,
+        connect_on_shard(&rw.connection_string("postgres"), 1).await,
+        connect_on_shard(&rw.connection_string("postgres"), 0).await,
     ];
-    let stats = connect_on(&rw, 1).await;
+    let stats = connect_on_shard(&rw.connection_string("postgres"), 1).await;
     let hits_before = stat(&stats, 1, "replica_hits").await;
     let stale_before = stat(&stats, 1, "replica_stale").await;
 
@@ -209,8 +185,8 @@ async fn reads_on_the_replica_after_ddl_match_postgres_and_the_compute() {
     let pg = Postgres::start();
     let rw = Ringwire::start(&["--shards", "2"]);
     let pg_client = connect_to(&pg.connection_string()).await;
-    let on_compute = connect_on(&rw, 0).await;
-    let on_replica = connect_on(&rw, 1).await;
+    let on_compute = connect_on_shard(&rw.connection_string("postgres"), 0).await;
+    let on_replica = connect_on_shard(&rw.connection_string("postgres"), 1).await;
 
     // (statement, which ringwire shard runs it, reads to compare afterwards)
     let steps: &[(&str, usize, &[&str])] = &[
@@ -342,9 +318,9 @@ async fn reads_on_the_replica_after_ddl_match_postgres_and_the_compute() {
 #[tokio::test]
 async fn a_block_on_the_replica_keeps_its_snapshot_and_replica_versions_stay_bounded() {
     let rw = Ringwire::start(&["--shards", "2"]);
-    let writer = connect_on(&rw, 0).await;
-    let block = connect_on(&rw, 1).await;
-    let stats = connect_on(&rw, 1).await;
+    let writer = connect_on_shard(&rw.connection_string("postgres"), 0).await;
+    let block = connect_on_shard(&rw.connection_string("postgres"), 1).await;
+    let stats = connect_on_shard(&rw.connection_string("postgres"), 1).await;
     writer
         .batch_execute(
             "create table hot (id int4 primary key, v int8 not null);
@@ -432,7 +408,7 @@ async fn a_block_on_the_replica_keeps_its_snapshot_and_replica_versions_stay_bou
 #[tokio::test]
 async fn read_replicas_off_sends_reads_to_the_compute() {
     let rw = Ringwire::start(&["--shards", "2", "--read-replicas", "off"]);
-    let c = connect_on(&rw, 1).await;
+    let c = connect_on_shard(&rw.connection_string("postgres"), 1).await;
     c.batch_execute("create table o (a int4); insert into o values (1)")
         .await
         .unwrap();

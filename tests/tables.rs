@@ -8,42 +8,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::client::{connect, spread};
 use common::ringwire::Ringwire;
-use tokio_postgres::{error::SqlState, Client, NoTls};
-
-async fn connect(rw: &Ringwire) -> Client {
-    let (client, conn) = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
-    client
-}
-
-/// Which shard owns a connection (the shard id is in the high bits of the process id).
-async fn shard_of(client: &Client) -> usize {
-    let pid: i32 = client
-        .query_one("select pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    shards::shard_of_process_id(pid)
-}
-
-/// Connections on every shard: open until each of `shards` shards has at least `per_shard`.
-async fn spread(rw: &Ringwire, shards: usize, per_shard: usize) -> Vec<(usize, Client)> {
-    let mut got = Vec::new();
-    for _ in 0..200 {
-        let c = connect(rw).await;
-        let s = shard_of(&c).await;
-        if got.iter().filter(|(x, _)| *x == s).count() < per_shard {
-            got.push((s, c));
-        }
-        if (0..shards).all(|s| got.iter().filter(|(x, _)| *x == s).count() >= per_shard) {
-            return got;
-        }
-    }
-    panic!("could not get {per_shard} connections on each of {shards} shards");
-}
+use tokio_postgres::error::SqlState;
 
 #[test]
 fn psql_creates_inserts_and_selects() {
