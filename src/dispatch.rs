@@ -272,6 +272,10 @@ pub struct Answer {
 
 pub type Reply = Result<Answer, PgError>;
 
+/// How often a cancelled statement waiting on another shard's compute repeats its
+/// [`Message::CancelWait`] (see [`Dispatcher::call_cancellable`]).
+const CANCEL_RESEND: Duration = Duration::from_millis(5);
+
 /// A batch of requests or of replies; emptied vectors travel back for reuse.
 pub type RequestBatch = Vec<(u64, Request)>;
 pub type ReplyBatch = Vec<(u64, Reply)>;
@@ -1598,6 +1602,11 @@ impl Dispatcher {
     ) -> Reply {
         let mut call = std::pin::pin!(self.call(request));
         let mut cancelled = false;
+        // From another shard the cancel may reach the compute before the request has started
+        // to wait (still in flight, or its task not yet run), where it is ignored: send it
+        // again until the reply comes. The compute ignores it for a transaction that is not
+        // waiting, and this transaction's next statement cannot start before the reply.
+        let mut resend: Option<Pin<Box<shards::time::Sleep>>> = None;
         let reply = std::future::poll_fn(|cx| {
             if let Poll::Ready(reply) = call.as_mut().poll(cx) {
                 return Poll::Ready(reply);
@@ -1607,7 +1616,17 @@ impl Dispatcher {
                 if fired.as_mut().poll(cx).is_ready() {
                     cancelled = true;
                     self.cancel_wait(tx);
+                    if self.compute.is_none() {
+                        resend = Some(Box::pin(shards::time::sleep(CANCEL_RESEND)));
+                    }
                 }
+            }
+            while let Some(timer) = resend.as_mut() {
+                if timer.as_mut().poll(cx).is_pending() {
+                    break;
+                }
+                self.cancel_wait(tx);
+                *timer = Box::pin(shards::time::sleep(CANCEL_RESEND));
             }
             Poll::Pending
         })

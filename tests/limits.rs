@@ -155,6 +155,18 @@ async fn lock_wait_story(
     );
     story.push(format!("timeout: {code} {message}"));
     alive(&b).await;
+    // A limit so short it fires while the write may still be on its way to the compute (from
+    // shard 1): the wait must still end.
+    b.batch_execute("set statement_timeout = '1ms'")
+        .await
+        .unwrap();
+    let (code, _) = tokio::time::timeout(
+        Duration::from_secs(5),
+        fails(&b, "update lockwait set v = 3"),
+    )
+    .await
+    .expect("a 1 ms statement_timeout did not end the lock wait");
+    story.push(format!("1ms timeout: {code}"));
     // A CancelRequest ends a lock wait too ("user request").
     b.batch_execute("reset statement_timeout").await.unwrap();
     let waiter = {
@@ -213,6 +225,7 @@ async fn lock_waits_end_at_statement_timeout_and_cancel_as_postgres_does_it() {
         want,
         [
             "timeout: 57014 canceling statement due to statement timeout",
+            "1ms timeout: 57014",
             "cancel: 57014 canceling statement due to user request",
             "after: 2",
             "later: true true",
