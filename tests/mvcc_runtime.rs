@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::client::{connect, connect_on_shard, shard_of};
+use common::client::{connect, connect_on_shard, shard_of, text_rows};
 use common::ringwire::Ringwire;
 use tokio_postgres::{error::SqlState, Client, SimpleQueryMessage};
 
@@ -28,20 +28,7 @@ async fn one_per_shard(rw: &Ringwire, shards: usize) -> Vec<Client> {
 
 /// Rows of a simple query, every value as text (NULL as None).
 async fn simple_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_string))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect()
+    text_rows(client.simple_query(sql).await.unwrap())
 }
 
 async fn one_value(client: &Client, sql: &str) -> String {

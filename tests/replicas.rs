@@ -9,25 +9,15 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::client::{connect_on_shard, connect_to};
+use common::client::{connect_on_shard, connect_to, text_rows};
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
 /// What a simple query answered: rows as text, or the SQLSTATE.
 async fn outcome(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
     match client.simple_query(sql).await {
-        Ok(msgs) => Ok(msgs
-            .into_iter()
-            .filter_map(|m| match m {
-                SimpleQueryMessage::Row(row) => Some(
-                    (0..row.len())
-                        .map(|i| row.get(i).map(str::to_string))
-                        .collect(),
-                ),
-                _ => None,
-            })
-            .collect()),
+        Ok(msgs) => Ok(text_rows(msgs)),
         Err(e) => Err(e
             .code()
             .map_or_else(|| format!("client error {e}"), |c| c.code().to_string())),

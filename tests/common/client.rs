@@ -55,3 +55,17 @@ pub async fn spread(rw: &Ringwire, shards: usize, per_shard: usize) -> Vec<(usiz
     }
     panic!("could not get {per_shard} connections on each of {shards} shards");
 }
+
+/// The rows of a simple query's replies, every value as text (NULL as None).
+pub fn text_rows(msgs: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<Vec<Option<String>>> {
+    msgs.into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_string))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
