@@ -53,6 +53,13 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     tls_key: Option<std::path::PathBuf>,
 
+    /// CA certificates (PEM) that client certificates must chain to, like PostgreSQL's
+    /// ssl_ca_file: clients are asked for a certificate, and `cert` / `clientcert=verify-ca|
+    /// verify-full` rules in --hba-file require one. The certificate, key and CA are re-read on
+    /// SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+
     /// `allow`: TLS for clients that ask, plaintext for the others; `require`: plaintext TCP
     /// startups are refused with 28000 (Unix-socket clients are local and exempt);
     /// `disable`: never TLS.
@@ -266,6 +273,7 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
             cli.tls_mode,
             cli.tls_cert.as_deref(),
             cli.tls_key.as_deref(),
+            cli.tls_ca.as_deref(),
         )?,
         max_connections_per_shard: cli.max_connections_per_shard,
         metrics_enabled: cli.metrics == OnOff::On,
@@ -433,7 +441,7 @@ fn main() -> ExitCode {
         }
     };
     // Before the listening line: a SIGHUP from then on reloads instead of killing us.
-    if let Err(e) = shards::auth::reload_on_sighup(config.auth.clone()) {
+    if let Err(e) = shards::auth::reload_on_sighup(config.auth.clone(), config.tls.clone()) {
         eprintln!("ringwire: {e}");
         return ExitCode::from(2);
     }

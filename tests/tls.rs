@@ -4,7 +4,9 @@
 //! SHA-384 certificate binds with a SHA-384 hash), `hostssl`/`hostnossl` rules, `--tls-mode
 //! require`, direct TLS (PostgreSQL 17's `sslnegotiation=direct`: ClientHello first, ALPN
 //! `postgresql`) with a raw rustls client, bytes smuggled after SSLRequest, a client stalled
-//! mid-handshake (startup timeout), and slow TLS readers (backpressure, bounded memory).
+//! mid-handshake (startup timeout), slow TLS readers (backpressure, bounded memory), client
+//! certificates (`cert`, `clientcert=`) compared with PostgreSQL, and SIGHUP reloads of the
+//! certificate, key and CA.
 //!
 //! Certificates are made at run time with rcgen. These run on whichever socket path the binary
 //! picks (`RINGWIRE_IO=uring|glommio`).
@@ -27,6 +29,8 @@ use tokio::net::TcpStream;
 struct Certs {
     dir: PathBuf,
     ca_der: CertificateDer<'static>,
+    ca: rcgen::Certificate,
+    ca_key: KeyPair,
 }
 
 impl Certs {
@@ -54,7 +58,38 @@ impl Certs {
         Certs {
             dir,
             ca_der: ca.der().clone(),
+            ca,
+            ca_key,
         }
+    }
+
+    /// A client certificate this CA signed, with `common_name` as its subject's CN (none:
+    /// no CN at all), written as `<file>.pem` and `<file>.key` (0600, as libpq wants).
+    /// Returns libpq's `sslcert=… sslkey=…`.
+    fn client(&self, file: &str, common_name: Option<&str>) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "ringwire tests");
+        if let Some(cn) = common_name {
+            params.distinguished_name.push(DnType::CommonName, cn);
+        }
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        let (cert_path, key_path) = (
+            self.dir.join(format!("{file}.pem")),
+            self.dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        format!(
+            "sslcert={} sslkey={}",
+            cert_path.display(),
+            key_path.display()
+        )
     }
 
     fn path(&self, name: &str) -> String {
@@ -260,9 +295,15 @@ fn outcome(conninfo: &str) -> String {
         .join(" ")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_rules_and_channel_binding_match_postgres() {
-    let certs = Certs::new("vs-pg", &rcgen::PKCS_ECDSA_P256_SHA256);
+/// PostgreSQL 15 with this certificate and key (and `ssl_ca_file` = the test CA when
+/// `client_ca`), `rules` as its pg_hba.conf, after running `setup` (role creation). Returns
+/// it and the path of the rules file, for ringwire's `--hba-file`.
+async fn postgres_with_tls(
+    certs: &Certs,
+    rules: &str,
+    setup: &[&str],
+    client_ca: bool,
+) -> (Postgres, String) {
     let (uid, gid) = postgres_ids();
     for f in ["server.pem", "server.key"] {
         std::os::unix::fs::chown(certs.dir.join(f), Some(uid), Some(gid)).unwrap();
@@ -273,11 +314,6 @@ async fn tls_rules_and_channel_binding_match_postgres() {
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();
-    let rules = "hostssl all tls_only 127.0.0.1/32 trust\n\
-                 hostnossl all tls_only all reject\n\
-                 hostssl all alice 127.0.0.1/32 scram-sha-256\n\
-                 hostnossl all alice all scram-sha-256\n\
-                 hostnossl all all all trust\n";
     let hba = certs.dir.join("hba.conf");
     std::fs::write(&hba, rules).unwrap();
     std::fs::set_permissions(&hba, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -288,7 +324,7 @@ async fn tls_rules_and_channel_binding_match_postgres() {
             .await
             .unwrap();
     tokio::spawn(connection);
-    for sql in [
+    let mut sql = vec![
         format!(
             "alter system set ssl_cert_file = '{}'",
             certs.path("server.pem")
@@ -298,18 +334,18 @@ async fn tls_rules_and_channel_binding_match_postgres() {
             certs.path("server.key")
         ),
         "alter system set ssl = on".to_string(),
-        format!("alter system set hba_file = '{}'", hba.display()),
-        "create role tls_only login".to_string(),
-        "create role anyone login".to_string(),
-        "create role alice login password 's3cret'".to_string(),
-    ] {
+    ];
+    if client_ca {
+        sql.push(format!(
+            "alter system set ssl_ca_file = '{}'",
+            certs.path("ca.pem")
+        ));
+    }
+    sql.extend(setup.iter().map(|s| s.to_string()));
+    for sql in sql {
         admin.batch_execute(&sql).await.unwrap();
     }
     // hba_file needs a restart in PostgreSQL; copy the rules into the file in force instead.
-    admin
-        .batch_execute("alter system reset hba_file")
-        .await
-        .unwrap();
     let path: String = admin
         .query_one("select current_setting('hba_file')", &[])
         .await
@@ -327,8 +363,28 @@ async fn tls_rules_and_channel_binding_match_postgres() {
         .await
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    (pg, hba.to_str().unwrap().to_string())
+}
 
-    let hba_arg = hba.to_str().unwrap().to_string();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_rules_and_channel_binding_match_postgres() {
+    let certs = Certs::new("vs-pg", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let rules = "hostssl all tls_only 127.0.0.1/32 trust\n\
+                 hostnossl all tls_only all reject\n\
+                 hostssl all alice 127.0.0.1/32 scram-sha-256\n\
+                 hostnossl all alice all scram-sha-256\n\
+                 hostnossl all all all trust\n";
+    let (pg, hba_arg) = postgres_with_tls(
+        &certs,
+        rules,
+        &[
+            "create role tls_only login",
+            "create role anyone login",
+            "create role alice login password 's3cret'",
+        ],
+        false,
+    )
+    .await;
     let rw = certs.start(&["--hba-file", &hba_arg, "--user", "alice:s3cret"]);
     let cases = [
         "user=tls_only sslmode=require",
@@ -371,6 +427,221 @@ async fn tls_rules_and_channel_binding_match_postgres() {
             outcomes[i]
         );
     }
+}
+
+/// `cert` and `clientcert=` rules with client certificates from a test CA, against
+/// PostgreSQL with the same rules, CA and certificates: every psql outcome must be the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_match_postgres() {
+    let certs = Certs::new("clientcert", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let alice = certs.client("alice", Some("alice"));
+    let bob = certs.client("bob", Some("bob"));
+    let carol = certs.client("carol", Some("carol"));
+    let nameless = certs.client("nameless", None);
+    let rogue_ca = Certs::new("clientcert-rogue", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let rogue = rogue_ca.client("rogue", Some("alice"));
+    let rules = "hostssl all alice 127.0.0.1/32 cert\n\
+                 hostssl all carol 127.0.0.1/32 scram-sha-256 clientcert=verify-full\n\
+                 hostssl all dave 127.0.0.1/32 trust clientcert=verify-ca\n\
+                 hostssl all erin 127.0.0.1/32 trust clientcert=verify-full\n\
+                 hostssl all all 127.0.0.1/32 trust\n\
+                 hostnossl all all all trust\n";
+    let (pg, hba) = postgres_with_tls(
+        &certs,
+        rules,
+        &[
+            "create role alice login",
+            "create role carol login password 's3cret'",
+            "create role dave login",
+            "create role erin login",
+            "create role frank login",
+        ],
+        true,
+    )
+    .await;
+    let ca = certs.path("ca.pem");
+    let rw = certs.start(&[
+        "--hba-file",
+        &hba,
+        "--tls-ca",
+        &ca,
+        "--user",
+        "carol:s3cret",
+    ]);
+    let cases = [
+        format!("user=alice {alice}"),
+        format!("user=alice {bob}"),
+        "user=alice".to_string(),
+        format!("user=alice {nameless}"),
+        format!("user=carol password=s3cret {carol}"),
+        format!("user=carol password=s3cret {alice}"),
+        format!("user=carol password=wrong {carol}"),
+        "user=carol password=s3cret".to_string(),
+        format!("user=dave {bob}"),
+        "user=dave".to_string(),
+        format!("user=erin {bob}"),
+        "user=frank".to_string(),
+        format!("user=frank {alice}"),
+    ];
+    let mut outcomes = Vec::new();
+    for case in &cases {
+        let on = |port: u16| {
+            outcome(&format!(
+                "host=127.0.0.1 port={port} dbname=postgres sslmode=require {case}"
+            ))
+        };
+        let (want, got) = (on(pg.port), on(rw.port));
+        assert_eq!(got, want, "{case}");
+        outcomes.push(got);
+    }
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "ok").count(),
+        5,
+        "{outcomes:#?}"
+    );
+    for (i, needle) in [
+        (1, "certificate authentication failed for user \"alice\""),
+        (2, "connection requires a valid client certificate"),
+        (3, "certificate authentication failed for user \"alice\""),
+        (5, "password authentication failed for user \"carol\""),
+        (10, "\"trust\" authentication failed for user \"erin\""),
+    ] {
+        assert!(
+            outcomes[i].contains(needle),
+            "{}: {}",
+            cases[i],
+            outcomes[i]
+        );
+    }
+    // A certificate from another CA fails the handshake itself, on both servers (OpenSSL and
+    // rustls word the alert differently, so only the failure is compared).
+    for port in [pg.port, rw.port] {
+        let (ok, _, stderr) = psql(
+            &format!(
+                "host=127.0.0.1 port={port} dbname=postgres sslmode=require user=frank {rogue}"
+            ),
+            "select 1",
+        );
+        assert!(
+            !ok,
+            "port {port}: a certificate from an unknown CA was accepted"
+        );
+        assert!(
+            stderr.contains("SSL") || stderr.contains("certificate"),
+            "{stderr}"
+        );
+    }
+    // Without --tls-ca, a rule that needs a certificate cannot be met: PostgreSQL's F0000.
+    let no_ca = certs.start(&["--hba-file", &hba, "--user", "carol:s3cret"]);
+    let text = outcome(&format!(
+        "host=127.0.0.1 port={} dbname=postgres sslmode=require user=alice {alice}",
+        no_ca.port
+    ));
+    assert!(
+        text.contains(
+            "client certificates can only be checked if a root certificate store is available"
+        ),
+        "{text}"
+    );
+}
+
+/// SIGHUP re-reads the certificate, key and client CA: new handshakes use the new ones,
+/// connections made before keep working, and files that do not load leave the old ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_files_reload_on_sighup() {
+    let first = Certs::new("reload-a", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let second = Certs::new("reload-b", &rcgen::PKCS_ECDSA_P256_SHA256);
+    // ringwire reads its files from a directory of its own, which the test rewrites.
+    let live = std::env::temp_dir().join(format!("ringwire-tls-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&live);
+    std::fs::create_dir_all(&live).unwrap();
+    let install = |certs: &Certs| {
+        for f in ["server.pem", "server.key", "ca.pem"] {
+            std::fs::copy(certs.dir.join(f), live.join(f)).unwrap();
+        }
+    };
+    install(&first);
+    std::fs::write(
+        live.join("hba"),
+        "hostssl all alice all cert\nhost all all all trust\n",
+    )
+    .unwrap();
+    let path = |f: &str| live.join(f).to_str().unwrap().to_string();
+    let rw = Ringwire::start(&[
+        "--tls-cert",
+        &path("server.pem"),
+        "--tls-key",
+        &path("server.key"),
+        "--tls-ca",
+        &path("ca.pem"),
+        "--hba-file",
+        &path("hba"),
+    ]);
+    let verify = |root: &Certs, extra: &str| {
+        outcome(&format!(
+            "host=localhost port={} dbname=postgres sslmode=verify-full sslrootcert={} {extra}",
+            rw.port,
+            root.path("ca.pem")
+        ))
+    };
+    let (alice_a, alice_b) = (
+        first.client("alice", Some("alice")),
+        second.client("alice", Some("alice")),
+    );
+    assert_eq!(verify(&first, "user=bob"), "ok");
+    assert_eq!(verify(&first, &format!("user=alice {alice_a}")), "ok");
+    assert_ne!(verify(&second, "user=bob"), "ok");
+
+    // A connection made now must outlive the reload.
+    let tls = pg_rustls::MakeConnect {
+        config: Arc::new(client_config(&first.ca_der, &[])),
+        hash: pg_rustls::Hash::Sha256,
+    };
+    let (client, connection) = tokio_postgres::connect(
+        &format!(
+            "host=localhost port={} user=bob dbname=postgres sslmode=require",
+            rw.port
+        ),
+        tls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+
+    install(&second);
+    let hup = || {
+        let status = Command::new("kill")
+            .args(["-HUP", &rw.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    hup();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while verify(&second, "user=bob") != "ok" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new certificate was not taken up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_ne!(
+        verify(&first, "user=bob"),
+        "ok",
+        "the old certificate is still served"
+    );
+    // The client CA changed with it: the old CA's certificates no longer pass.
+    assert_eq!(verify(&second, &format!("user=alice {alice_b}")), "ok");
+    assert_ne!(verify(&second, &format!("user=alice {alice_a}")), "ok");
+    let n: i32 = client.query_one("select 7", &[]).await.unwrap().get(0);
+    assert_eq!(n, 7, "the connection made before the reload");
+
+    // A broken key: the reload is refused and the second certificate stays in force.
+    std::fs::write(live.join("server.key"), "not a key").unwrap();
+    hup();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(verify(&second, "user=bob"), "ok");
+    let _ = std::fs::remove_dir_all(&live);
 }
 
 #[test]
@@ -484,6 +755,12 @@ fn bad_tls_settings_are_one_clear_sentence() {
     // The CA's certificate with the server's key: not a pair.
     assert!(fails(&["--tls-cert", &ca, "--tls-key", &key]).contains("do not make a usable pair"));
     assert!(fails(&["--tls-mode", "sometimes"]).contains("unknown TLS mode"));
+    assert!(fails(&["--tls-ca", &ca]).contains("--tls-ca needs --tls-cert and --tls-key"));
+    // A key is not a CA certificate.
+    assert!(
+        fails(&["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &key])
+            .contains(&format!("--tls-ca {key} holds no PEM certificate"))
+    );
 }
 
 #[test]

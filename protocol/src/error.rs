@@ -19,6 +19,7 @@ impl SqlState {
     pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState(*b"0A000");
     pub const INVALID_AUTHORIZATION_SPECIFICATION: SqlState = SqlState(*b"28000");
     pub const INVALID_PASSWORD: SqlState = SqlState(*b"28P01");
+    pub const CONFIG_FILE_ERROR: SqlState = SqlState(*b"F0000");
     pub const INVALID_CATALOG_NAME: SqlState = SqlState(*b"3D000");
     pub const SYNTAX_ERROR: SqlState = SqlState(*b"42601");
     pub const UNDEFINED_COLUMN: SqlState = SqlState(*b"42703");

@@ -37,7 +37,8 @@ use crate::engine::Engine;
 use crate::shard::{fill_random, Shard};
 use crate::uring::Peer;
 
-use hba::Origin;
+use crate::tls::ClientCert;
+use hba::{ClientCertCheck, Origin};
 pub use hba::{Hba, Method};
 pub(crate) use scram::ChannelBinding;
 use scram::{Outcome, ScramServer, SCRAM_SHA_256_PLUS, SERVER_NONCE_BYTES};
@@ -210,10 +211,11 @@ pub fn parse_users(text: &str) -> Result<HashMap<String, Secret>, String> {
     Ok(users)
 }
 
-/// Reload the auth tables on every SIGHUP, on a thread of its own (PostgreSQL reloads
-/// pg_hba.conf the same way). A file that does not load leaves the tables in force and logs
-/// one line saying why. Connections are never dropped: each keeps the snapshot it started with.
-pub fn reload_on_sighup(store: Arc<AuthStore>) -> Result<(), String> {
+/// Reload the auth tables and the TLS files on every SIGHUP, on a thread of its own
+/// (PostgreSQL reloads pg_hba.conf and its SSL files the same way). A file that does not load
+/// leaves what was in force and logs one line saying why. Connections are never dropped: each
+/// keeps the snapshot (and TLS session) it started with.
+pub fn reload_on_sighup(store: Arc<AuthStore>, tls: crate::tls::Tls) -> Result<(), String> {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
     std::thread::Builder::new()
@@ -224,6 +226,13 @@ pub fn reload_on_sighup(store: Arc<AuthStore>) -> Result<(), String> {
                     Ok(summary) => log::info!("SIGHUP: authentication reloaded: {summary}"),
                     Err(e) => log::error!(
                         "SIGHUP: authentication NOT reloaded, the previous rules and users stay in force: {e}"
+                    ),
+                }
+                match tls.reload() {
+                    Ok(Some(summary)) => log::info!("SIGHUP: TLS reloaded: {summary}"),
+                    Ok(None) => {}
+                    Err(e) => log::error!(
+                        "SIGHUP: TLS NOT reloaded, the previous certificate stays in force: {e}"
                     ),
                 }
             }
@@ -240,6 +249,8 @@ pub(crate) struct Client<'a> {
     pub peer: Option<Peer>,
     /// What TLS the connection runs over: `Unavailable` for plaintext.
     pub binding: ChannelBinding,
+    /// The certificate the client showed in the TLS handshake, if any.
+    pub client_cert: &'a ClientCert,
 }
 
 /// Run the authentication the rules ask for. `startup_len` bytes at the front of `rbuf` are the
@@ -290,6 +301,24 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         rule.line,
         rule.text
     );
+    // PostgreSQL's order: the certificate is required before the method runs, and its name is
+    // compared with the user's after the method passed (so a wrong password still costs the
+    // full exchange).
+    if rule.clientcert != ClientCertCheck::Off {
+        match client.client_cert {
+            ClientCert::NoRootStore => return Err(End::Fatal(PgError::fatal(
+                SqlState::CONFIG_FILE_ERROR,
+                "client certificates can only be checked if a root certificate store is available",
+            ))),
+            ClientCert::Absent => {
+                return Err(End::Fatal(PgError::fatal(
+                    SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                    "connection requires a valid client certificate",
+                )))
+            }
+            ClientCert::Verified { .. } => {}
+        }
+    }
     let mut io = AuthIo {
         stream,
         rbuf,
@@ -299,7 +328,7 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     let user = client.user;
     let secret = tables.users.get(user);
     let passed = match (rule.method, secret) {
-        (Method::Trust, _) => return Ok(()),
+        (Method::Trust | Method::Cert, _) => true,
         (Method::Reject, _) => {
             return Err(End::Fatal(PgError::fatal(
                 SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
@@ -343,14 +372,30 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
             io.scram(client.binding, verifier, doomed).await?
         }
     };
+    // `cert`, and `clientcert=verify-full` on any method: the certificate names the user.
+    let passed = passed
+        && (rule.clientcert != ClientCertCheck::VerifyFull
+            || matches!(client.client_cert,
+                ClientCert::Verified { common_name: Some(cn) } if cn == user));
     if passed {
-        Ok(())
-    } else {
-        Err(End::Fatal(PgError::fatal(
-            SqlState::INVALID_PASSWORD,
-            format!("password authentication failed for user \"{user}\""),
-        )))
+        return Ok(());
     }
+    // PostgreSQL words the failure by the rule's method, and only password methods get 28P01.
+    let (code, what) = match rule.method {
+        Method::Trust => (
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            "\"trust\" authentication",
+        ),
+        Method::Cert => (
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            "certificate authentication",
+        ),
+        _ => (SqlState::INVALID_PASSWORD, "password authentication"),
+    };
+    Err(End::Fatal(PgError::fatal(
+        code,
+        format!("{what} failed for user \"{user}\""),
+    )))
 }
 
 /// Method `password` against a SCRAM verifier: PBKDF2 with the verifier's iterations runs on

@@ -24,7 +24,7 @@ use protocol::frontend::{self, FrontendMessage, StartupRequest, Target};
 use protocol::wire::{frame_bytes_needed, split_frame};
 use protocol::{PgError, Severity, SqlState};
 
-use crate::auth::{authenticate, ChannelBinding, Client};
+use crate::auth::{authenticate, Client};
 use crate::engine::{
     no_statement, CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements,
 };
@@ -165,9 +165,9 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     // The timeout covers the TLS handshake too: a client that stalls in it is cut off alike.
     let started = futures_lite::future::or(
         async {
-            let binding =
+            let negotiated =
                 match tls::negotiate(&shard.config.tls, &mut stream, &mut rbuf, peer).await {
-                    Ok(binding) => binding,
+                    Ok(negotiated) => negotiated,
                     Err(end) => return Some(Err(end)),
                 };
             Some(
@@ -177,7 +177,7 @@ pub(crate) async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                     &mut rbuf,
                     &mut out,
                     peer,
-                    binding,
+                    negotiated,
                     over_limit,
                 )
                 .await,
@@ -226,7 +226,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     rbuf: &mut ReadBuf,
     out: &mut Vec<u8>,
     peer: Option<Peer>,
-    binding: ChannelBinding,
+    tls: tls::Negotiated,
     over_limit: bool,
 ) -> Result<Conn<E>, End> {
     let (session, info) = loop {
@@ -302,7 +302,8 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                     user: &info.user,
                     database: &info.database,
                     peer,
-                    binding,
+                    binding: tls.binding,
+                    client_cert: &tls.client_cert,
                 };
                 authenticate(shard, stream, rbuf, out, &client, n).await?;
                 // The StartupMessage is still at the front of rbuf (authentication read past it

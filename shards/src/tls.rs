@@ -2,6 +2,10 @@
 //! is answered `S` and the handshake runs on the connection's own shard, and a PostgreSQL 17
 //! client may skip the SSLRequest (`sslnegotiation=direct`: the ClientHello comes first, with
 //! ALPN `postgresql`). `--tls-mode require` refuses plaintext TCP startups with 28000.
+//! `--tls-ca` asks clients for a certificate, as PostgreSQL's `ssl_ca_file` does: one that is
+//! sent must chain to that CA (else the handshake fails), and `cert`/`clientcert=` rules decide
+//! whether one is needed. SIGHUP re-reads the certificate, key and CA ([`Tls::reload`]); a
+//! connection keeps the configuration it shook hands with.
 //!
 //! What the rest of the server sees: a [`Transport`], plain or TLS, behind the same
 //! `AsyncRead + AsyncWrite` the connection state machine already speaks, and the
@@ -14,12 +18,13 @@
 //! record each way while data flows), boxed so a plaintext connection pays nothing for it.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use arc_swap::ArcSwap;
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use futures_rustls::server::TlsStream;
 use futures_rustls::TlsAcceptor;
@@ -158,28 +163,135 @@ fn signature_hash(der: &[u8]) -> SignatureHash {
 #[derive(Clone, Debug, Default)]
 pub struct Tls {
     pub mode: TlsMode,
-    /// None: TLS is not offered (no certificate, or `--tls-mode disable`).
-    server: Option<TlsServer>,
+    /// None: TLS is not offered (no certificate, or `--tls-mode disable`). Swapped whole by
+    /// [`Tls::reload`]; each handshake takes the one in force when it starts.
+    server: Option<Arc<ArcSwap<TlsServer>>>,
+    files: Option<Arc<TlsFiles>>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: Option<PathBuf>,
+}
+
+#[derive(Debug)]
 struct TlsServer {
     config: Arc<rustls::ServerConfig>,
     end_point: EndPointHash,
+    /// Whether client certificates are asked for and verified (`--tls-ca`).
+    verifies_clients: bool,
+}
+
+/// What the client's certificate showed, for `cert` and `clientcert=` rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ClientCert {
+    /// No `--tls-ca`: certificates are not asked for, so none can be checked.
+    NoRootStore,
+    /// Plaintext, or TLS without a certificate from the client.
+    Absent,
+    /// Sent and verified against `--tls-ca` in the handshake. The subject's first common name
+    /// (what PostgreSQL compares with the user name); `None` if there is none, or it is not a
+    /// UTF-8 string without NUL bytes.
+    Verified { common_name: Option<String> },
+}
+
+/// What TLS negotiation leaves for authentication.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Negotiated {
+    pub binding: ChannelBinding,
+    pub client_cert: ClientCert,
+}
+
+impl Negotiated {
+    fn plaintext(tls: &Tls) -> Negotiated {
+        Negotiated {
+            binding: ChannelBinding::Unavailable,
+            client_cert: match tls.current() {
+                Some(server) if server.verifies_clients => ClientCert::Absent,
+                _ => ClientCert::NoRootStore,
+            },
+        }
+    }
 }
 
 impl Tls {
-    /// Read the certificate chain and key. Every error is one sentence naming the file.
-    pub fn load(mode: TlsMode, cert: Option<&Path>, key: Option<&Path>) -> Result<Tls, String> {
+    /// Read the certificate chain, key and client CA. Every error is one sentence naming the
+    /// file.
+    pub fn load(
+        mode: TlsMode,
+        cert: Option<&Path>,
+        key: Option<&Path>,
+        ca: Option<&Path>,
+    ) -> Result<Tls, String> {
         let (cert, key) = match (cert, key) {
             (Some(c), Some(k)) => (c, k),
             (None, None) if mode == TlsMode::Require => {
                 return Err("--tls-mode require needs --tls-cert and --tls-key".into())
             }
-            (None, None) => return Ok(Tls { mode, server: None }),
+            (None, None) if ca.is_some() => {
+                return Err("--tls-ca needs --tls-cert and --tls-key".into())
+            }
+            (None, None) => return Ok(Tls::default_with(mode)),
             (Some(_), None) => return Err("--tls-cert needs --tls-key".into()),
             (None, Some(_)) => return Err("--tls-key needs --tls-cert".into()),
         };
+        let files = TlsFiles {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            ca: ca.map(Path::to_path_buf),
+        };
+        let server = files.read()?;
+        Ok(Tls {
+            mode,
+            server: (mode != TlsMode::Disable).then(|| Arc::new(ArcSwap::from_pointee(server))),
+            files: Some(Arc::new(files)),
+        })
+    }
+
+    fn default_with(mode: TlsMode) -> Tls {
+        Tls {
+            mode,
+            ..Tls::default()
+        }
+    }
+
+    /// Read the files again and swap the new configuration in for the next handshakes; on any
+    /// error the old one stays. `Ok(None)`: TLS is off, nothing to read. Returns a summary for
+    /// the log.
+    pub fn reload(&self) -> Result<Option<String>, String> {
+        let (Some(server), Some(files)) = (&self.server, &self.files) else {
+            return Ok(None);
+        };
+        server.store(Arc::new(files.read()?));
+        Ok(Some(files.summary()))
+    }
+
+    /// Whether SSLRequest is answered `S`.
+    pub fn enabled(&self) -> bool {
+        self.server.is_some()
+    }
+
+    fn current(&self) -> Option<Arc<TlsServer>> {
+        self.server.as_ref().map(|s| s.load_full())
+    }
+}
+
+impl TlsFiles {
+    fn summary(&self) -> String {
+        match &self.ca {
+            Some(ca) => format!(
+                "certificate {}, client CA {}",
+                self.cert.display(),
+                ca.display()
+            ),
+            None => format!("certificate {}", self.cert.display()),
+        }
+    }
+
+    fn read(&self) -> Result<TlsServer, String> {
+        let (cert, key) = (&self.cert, &self.key);
         let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
             .and_then(|certs| certs.collect())
             .map_err(|e| format!("cannot read --tls-cert {}: {e}", cert.display()))?;
@@ -193,31 +305,83 @@ impl Tls {
         let private = PrivateKeyDer::from_pem_file(key)
             .map_err(|e| format!("cannot read --tls-key {}: {e}", key.display()))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS setup failed: {e}"))?
-            .with_no_client_auth()
-            .with_single_cert(chain, private)
-            .map_err(|e| {
-                format!(
-                    "--tls-cert {} and --tls-key {} do not make a usable pair: {e}",
-                    cert.display(),
-                    key.display()
+            .map_err(|e| format!("TLS setup failed: {e}"))?;
+        let builder = match &self.ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for der in CertificateDer::pem_file_iter(ca)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| format!("cannot read --tls-ca {}: {e}", ca.display()))?
+                {
+                    roots.add(der).map_err(|e| {
+                        format!(
+                            "--tls-ca {} holds an unusable certificate: {e}",
+                            ca.display()
+                        )
+                    })?;
+                }
+                if roots.is_empty() {
+                    return Err(format!(
+                        "--tls-ca {} holds no PEM certificate",
+                        ca.display()
+                    ));
+                }
+                // Asked for, not required: the rules say who needs one (PostgreSQL's
+                // ssl_ca_file behaves the same). One that is sent must verify.
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
                 )
-            })?;
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| format!("--tls-ca {}: {e}", ca.display()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_single_cert(chain, private).map_err(|e| {
+            format!(
+                "--tls-cert {} and --tls-key {} do not make a usable pair: {e}",
+                cert.display(),
+                key.display()
+            )
+        })?;
         // Clients that offer ALPN must offer `postgresql` (rustls then refuses the others with
         // no_application_protocol, as PostgreSQL 17 does); libpq before 17 offers none.
         config.alpn_protocols = vec![ALPN_POSTGRESQL.to_vec()];
-        let server = (mode != TlsMode::Disable).then(|| TlsServer {
+        Ok(TlsServer {
             config: Arc::new(config),
             end_point,
-        });
-        Ok(Tls { mode, server })
+            verifies_clients: self.ca.is_some(),
+        })
     }
+}
 
-    /// Whether SSLRequest is answered `S`.
-    pub fn enabled(&self) -> bool {
-        self.server.is_some()
+/// The first common name of a certificate's subject, as PostgreSQL reads it for `cert`.
+/// A well-kept DER parser (RustCrypto's x509-cert) rather than our own: this is input from
+/// the network.
+fn common_name(der: &[u8]) -> Option<String> {
+    use x509_cert::der::{Decode, Tag, Tagged};
+    const COMMON_NAME: x509_cert::der::oid::ObjectIdentifier =
+        x509_cert::der::oid::ObjectIdentifier::new_unwrap("2.5.4.3");
+    let cert = x509_cert::Certificate::from_der(der).ok()?;
+    let value = cert
+        .tbs_certificate
+        .subject
+        .0
+        .iter()
+        .flat_map(|rdn| rdn.0.iter())
+        .find(|atv| atv.oid == COMMON_NAME)?
+        .value
+        .clone();
+    match value.tag() {
+        Tag::Utf8String | Tag::PrintableString | Tag::Ia5String | Tag::TeletexString => {
+            let name = std::str::from_utf8(value.value()).ok()?;
+            (!name.contains('\0')).then(|| name.to_string())
+        }
+        _ => None,
     }
 }
 
@@ -343,12 +507,12 @@ pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut Transport<S>,
     rbuf: &mut ReadBuf,
     peer: Option<Peer>,
-) -> Result<ChannelBinding, End> {
+) -> Result<Negotiated, End> {
     if peer == Some(Peer::Unix) {
-        return Ok(ChannelBinding::Unavailable);
+        return Ok(Negotiated::plaintext(tls));
     }
-    let Some(server) = &tls.server else {
-        return Ok(ChannelBinding::Unavailable);
+    let Some(server) = tls.current() else {
+        return Ok(Negotiated::plaintext(tls));
     };
     while rbuf.data().is_empty() {
         if !rbuf.fill(stream, 8).await? {
@@ -360,14 +524,14 @@ pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
         // ClientHello; rustls gets it first.
         let prefix = rbuf.data().to_vec();
         rbuf.consume(prefix.len());
-        handshake(server, stream, prefix).await?;
+        handshake(&server, stream, prefix).await?;
         if alpn(stream) != Some(ALPN_POSTGRESQL) {
             return Err(End::Fatal(PgError::fatal(
                 SqlState::PROTOCOL_VIOLATION,
                 "received direct SSL connection request without ALPN protocol negotiation extension",
             )));
         }
-        return Ok(ChannelBinding::TlsServerEndPoint(server.end_point));
+        return Ok(negotiated(&server, stream));
     }
     loop {
         let (body_len, n) = loop {
@@ -392,8 +556,8 @@ pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 rbuf.consume(n);
                 stream.write_all(b"S").await?;
-                handshake(server, stream, Vec::new()).await?;
-                return Ok(ChannelBinding::TlsServerEndPoint(server.end_point));
+                handshake(&server, stream, Vec::new()).await?;
+                return Ok(negotiated(&server, stream));
             }
             StartupRequest::GssEncRequest => {
                 if rbuf.data().len() > n {
@@ -413,7 +577,7 @@ pub(crate) async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
             }
             // CancelRequests need no TLS, as in PostgreSQL: the key is the secret.
             StartupRequest::Startup { .. } | StartupRequest::Cancel { .. } => {
-                return Ok(ChannelBinding::Unavailable)
+                return Ok(Negotiated::plaintext(tls))
             }
         }
     }
@@ -438,6 +602,28 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         .await?;
     *stream = Transport::Tls(Box::new(tls));
     Ok(())
+}
+
+/// After a handshake with `server`: the channel binding and the client's certificate.
+fn negotiated<S>(server: &TlsServer, stream: &Transport<S>) -> Negotiated {
+    let client_cert = if !server.verifies_clients {
+        ClientCert::NoRootStore
+    } else {
+        match stream {
+            // rustls verified the chain in the handshake (or failed it); the leaf is first.
+            Transport::Tls(s) => match s.get_ref().1.peer_certificates() {
+                Some([leaf, ..]) => ClientCert::Verified {
+                    common_name: common_name(leaf),
+                },
+                _ => ClientCert::Absent,
+            },
+            _ => ClientCert::Absent,
+        }
+    };
+    Negotiated {
+        binding: ChannelBinding::TlsServerEndPoint(server.end_point),
+        client_cert,
+    }
 }
 
 fn alpn<S>(stream: &Transport<S>) -> Option<&[u8]> {

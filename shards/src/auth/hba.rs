@@ -8,9 +8,12 @@
 //! `all`, `sameuser`, `samerole` (= `sameuser`: ringwire has no role membership),
 //! `replication` (never matches) and names; user lists with `all` and names; double quotes
 //! as in PostgreSQL (a quoted keyword is a plain name); addresses `all`, `ADDR/BITS` and
-//! `ADDR MASK`, IPv4 or IPv6; methods `trust`, `reject`, `password`, `md5`, `scram-sha-256`.
-//! Anything else (host names, `samehost`, `+group`, `@file`, options after the method, other
-//! methods) is a load error naming the line, never silently ignored.
+//! `ADDR MASK`, IPv4 or IPv6; methods `trust`, `reject`, `password`, `md5`, `scram-sha-256`
+//! and `cert` (`hostssl` only: the client's certificate, verified against `--tls-ca`, must
+//! name the user in its common name); options `clientcert=verify-ca|verify-full` (`hostssl`
+//! only) and `clientname=CN`. Anything else (host names, `samehost`, `+group`, `@file`, other
+//! options such as `map=`, other methods) is a load error naming the line, never silently
+//! ignored.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -29,6 +32,9 @@ pub enum Method {
     Md5,
     /// SCRAM-SHA-256; a user with only an md5 secret cannot pass it.
     ScramSha256,
+    /// A client certificate verified against `--tls-ca` whose common name is the user name
+    /// (PostgreSQL's `cert`, without user name maps).
+    Cert,
 }
 
 impl Method {
@@ -39,9 +45,10 @@ impl Method {
             "password" => Method::Password,
             "md5" => Method::Md5,
             "scram-sha-256" => Method::ScramSha256,
-            "gss" | "sspi" | "ident" | "peer" | "pam" | "ldap" | "radius" | "cert" | "bsd" => {
+            "cert" => Method::Cert,
+            "gss" | "sspi" | "ident" | "peer" | "pam" | "ldap" | "radius" | "bsd" => {
                 return Err(format!(
-                    "authentication method \"{name}\" is not supported by ringwire (use trust, reject, password, md5 or scram-sha-256)"
+                    "authentication method \"{name}\" is not supported by ringwire (use trust, reject, password, md5, scram-sha-256 or cert)"
                 ))
             }
             _ => return Err(format!("invalid authentication method \"{name}\"")),
@@ -55,6 +62,7 @@ impl Method {
             Method::Password => "password",
             Method::Md5 => "md5",
             Method::ScramSha256 => "scram-sha-256",
+            Method::Cert => "cert",
         }
     }
 
@@ -162,6 +170,20 @@ impl AddressMatch {
     }
 }
 
+/// What a rule asks of the client's certificate (`clientcert=`), checked before the method
+/// runs: any certificate at all must have been sent and verified against `--tls-ca`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClientCertCheck {
+    /// No certificate needed.
+    #[default]
+    Off,
+    /// `verify-ca`: a certificate that chains to `--tls-ca`.
+    VerifyCa,
+    /// `verify-full` (and method `cert`): that, and its common name is the user name, checked
+    /// after the method succeeded.
+    VerifyFull,
+}
+
 /// One rule line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
@@ -174,6 +196,7 @@ pub struct Rule {
     users: Vec<UserMatch>,
     address: AddressMatch,
     pub method: Method,
+    pub clientcert: ClientCertCheck,
 }
 
 /// The rules, in file order.
@@ -194,6 +217,7 @@ impl Hba {
             users: vec![UserMatch::All],
             address: AddressMatch::All,
             method,
+            clientcert: ClientCertCheck::Off,
         };
         Hba {
             rules: vec![
@@ -434,11 +458,56 @@ fn parse_rule(fields: Vec<Vec<Token>>, line: usize, text: &str) -> Result<Rule, 
         "authentication type",
     )?;
     let method = Method::parse(&method_token.text)?;
-    if let Some(option) = fields.next() {
-        let text = option.first().map_or("", |t| t.text.as_str());
-        return Err(format!(
-            "authentication option \"{text}\" is not supported by ringwire"
-        ));
+    // PostgreSQL's wording for each refusal (hba.c), so a file it refuses is refused alike.
+    let ssl_only = conn == ConnType::HostSsl;
+    if method == Method::Cert && !ssl_only {
+        return Err("cert authentication is only supported on hostssl connections".into());
+    }
+    let mut clientcert = if method == Method::Cert {
+        ClientCertCheck::VerifyFull
+    } else {
+        ClientCertCheck::Off
+    };
+    for option in fields {
+        for token in option {
+            let Some((name, value)) = token.text.split_once('=') else {
+                return Err(format!(
+                    "authentication option not in name=value format: {}",
+                    token.text
+                ));
+            };
+            match name {
+                "clientcert" if !ssl_only => {
+                    return Err("clientcert can only be configured for \"hostssl\" rows".into())
+                }
+                "clientcert" => match value {
+                    "verify-full" => clientcert = ClientCertCheck::VerifyFull,
+                    "verify-ca" if method == Method::Cert => {
+                        return Err("clientcert only accepts \"verify-full\" when using \"cert\" authentication".into())
+                    }
+                    "verify-ca" => clientcert = ClientCertCheck::VerifyCa,
+                    _ => return Err(format!("invalid value for clientcert: \"{value}\"")),
+                },
+                "clientname" if !ssl_only => {
+                    return Err("clientname can only be configured for \"hostssl\" rows".into())
+                }
+                "clientname" => match value {
+                    "CN" => {}
+                    "DN" => {
+                        return Err(
+                            "clientname=DN is not supported by ringwire (the common name is matched)"
+                                .into(),
+                        )
+                    }
+                    _ => return Err(format!("invalid value for clientname: \"{value}\"")),
+                },
+                _ => {
+                    return Err(format!(
+                        "authentication option \"{name}\" is not supported by ringwire"
+                    ))
+                }
+            }
+        }
     }
     Ok(Rule {
         line,
@@ -448,6 +517,7 @@ fn parse_rule(fields: Vec<Vec<Token>>, line: usize, text: &str) -> Result<Rule, 
         users,
         address,
         method,
+        clientcert,
     })
 }
 
@@ -585,6 +655,28 @@ host all all all md5",
     }
 
     #[test]
+    fn client_certificate_options() {
+        let hba = Hba::parse(
+            "hostssl all a all cert clientname=CN\n\
+             hostssl all b all scram-sha-256 clientcert=verify-full\n\
+             hostssl all c all trust clientcert=verify-ca\n\
+             hostssl all d all md5",
+        )
+        .unwrap();
+        let checks: Vec<(Method, ClientCertCheck)> =
+            hba.rules.iter().map(|r| (r.method, r.clientcert)).collect();
+        assert_eq!(
+            checks,
+            [
+                (Method::Cert, ClientCertCheck::VerifyFull),
+                (Method::ScramSha256, ClientCertCheck::VerifyFull),
+                (Method::Trust, ClientCertCheck::VerifyCa),
+                (Method::Md5, ClientCertCheck::Off),
+            ]
+        );
+    }
+
+    #[test]
     fn quoting_like_postgres() {
         let f = tokenize(r#"host "a b","c""d" x,  y  "" # z"#).unwrap();
         let texts: Vec<Vec<&str>> = f
@@ -644,8 +736,28 @@ host all all all md5",
                 "invalid authentication method \"magic\"",
             ),
             (
-                "host all all all md5 clientcert=1",
-                "option \"clientcert=1\" is not supported",
+                "host all all all md5 clientcert=verify-ca",
+                "clientcert can only be configured for \"hostssl\" rows",
+            ),
+            (
+                "hostssl all all all md5 clientcert=1",
+                "invalid value for clientcert: \"1\"",
+            ),
+            (
+                "hostssl all all all cert clientcert=verify-ca",
+                "only accepts \"verify-full\"",
+            ),
+            (
+                "host all all all cert",
+                "cert authentication is only supported on hostssl connections",
+            ),
+            (
+                "hostssl all all all md5 map=certmap",
+                "option \"map\" is not supported by ringwire",
+            ),
+            (
+                "hostssl all all all md5 clientcert",
+                "not in name=value format",
             ),
             ("host all +admins all md5", "group membership"),
             ("host @dbs all all md5", "file inclusion"),
