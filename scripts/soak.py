@@ -3,6 +3,8 @@
 time, and report whether the well-behaved ones were unharmed.
 
     python3 scripts/soak.py [--seconds 120] [--rounds 1] [--binary PATH] [--json out.json]
+                            [--transports tcp,tls,unix] [--auth trust|scram-sha-256]
+                            [--io uring|glommio]
 
 Starts a release ringwire (`--shards 2`, free port, loopback) and runs, all at once:
 
@@ -20,6 +22,11 @@ Starts a release ringwire (`--shards 2`, free port, loopback) and runs, all at o
                 sending `select 1` every 10 ms from a separate process, one thread per shard:
                 the max and p99 latency per shard is the longest a shard stalled
 
+--transports spreads the well-behaved and disconnecting clients over plaintext TCP, TLS (a
+throwaway self-signed certificate made with the openssl command) and the Unix-domain socket;
+--auth scram-sha-256 makes every client (probes too) log in with SCRAM-SHA-256; --io picks the
+server's socket path. Slowloris and garbage clients stay on plaintext TCP.
+
 Reported (and in --json): errors seen by well-behaved clients (must be 0), RSS of the server at
 start / peak / after the clients left, probe latency per shard, connection counts per kind.
 Exit status 1 if a well-behaved client saw an error, a probe failed, or the server died.
@@ -35,8 +42,14 @@ import json
 import multiprocessing
 import os
 import random
+import base64
+import hashlib
+import hmac
 import resource
+import shutil
 import socket
+import ssl
+import tempfile
 import struct
 import subprocess
 import sys
@@ -56,6 +69,80 @@ def startup_packet(user="soak", database="postgres"):
 
 def msg(tag, body=b""):
     return tag + struct.pack("!i", len(body) + 4) + body
+
+
+# How clients reach the server; set in main() before any client process is forked.
+TARGET = {"transports": ["tcp"], "password": None, "unix_path": None}
+SOAK_PASSWORD = "soak-password"
+SSL_REQUEST = struct.pack("!ii", 8, 80877103)
+
+
+class Scram:
+    """The client side of SCRAM-SHA-256 (RFC 5802/7677) without channel binding, sans-IO:
+    first() is the SASLInitialResponse body, final() answers the server-first message, and
+    check() verifies the server's signature."""
+
+    def __init__(self, password):
+        self.password = password.encode()
+        self.nonce = base64.b64encode(os.urandom(18)).decode()
+        self.first_bare = f"n=,r={self.nonce}"
+
+    def first(self):
+        data = ("n,," + self.first_bare).encode()
+        return b"SCRAM-SHA-256\0" + struct.pack("!i", len(data)) + data
+
+    def final(self, server_first):
+        server_first = server_first.decode()
+        attrs = dict(part.split("=", 1) for part in server_first.split(","))
+        if not attrs["r"].startswith(self.nonce):
+            raise QueryError("SCRAM: the server's nonce does not extend ours")
+        salted = hashlib.pbkdf2_hmac("sha256", self.password, base64.b64decode(attrs["s"]), int(attrs["i"]))
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        stored = hashlib.sha256(client_key).digest()
+        without_proof = f"c=biws,r={attrs['r']}"
+        auth_message = f"{self.first_bare},{server_first},{without_proof}".encode()
+        signature = hmac.digest(stored, auth_message, "sha256")
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        server_key = hmac.digest(salted, b"Server Key", "sha256")
+        self.expected = base64.b64encode(hmac.digest(server_key, auth_message, "sha256")).decode()
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def check(self, server_final):
+        if server_final.decode() != f"v={self.expected}":
+            raise QueryError("SCRAM: wrong server signature")
+
+
+def auth_reply(scram, body):
+    """The answer to an AuthenticationRequest body, or None when there is nothing to send."""
+    (code,) = struct.unpack("!i", body[:4])
+    if code == 0:
+        return None
+    if scram is None:
+        raise QueryError(f"the server asks for authentication {code}; run with --auth")
+    if code == 10:
+        return msg(b"p", scram.first())
+    if code == 11:
+        return msg(b"p", scram.final(body[4:]))
+    if code == 12:
+        scram.check(body[4:])
+        return None
+    raise QueryError(f"authentication request {code} is not SCRAM")
+
+
+async def open_transport(port, transport, timeout):
+    if transport == "unix":
+        return await asyncio.wait_for(asyncio.open_unix_connection(TARGET["unix_path"]), timeout)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+    if transport == "tls":
+        writer.write(SSL_REQUEST)
+        answer = await asyncio.wait_for(reader.readexactly(1), timeout)
+        if answer != b"S":
+            raise QueryError(f"SSLRequest answered {answer!r}")
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        await asyncio.wait_for(writer.start_tls(context), timeout)
+    return reader, writer
 
 
 def query_msg(sql):
@@ -110,11 +197,14 @@ class Conn:
         self.reader = reader
         self.writer = writer
         self.pid = None
+        self.scram = None
 
     @classmethod
-    async def open(cls, port, timeout=30):
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+    async def open(cls, port, timeout=30, transport="tcp"):
+        reader, writer = await open_transport(port, transport, timeout)
         conn = cls(reader, writer)
+        if TARGET["password"] is not None:
+            conn.scram = Scram(TARGET["password"])
         writer.write(startup_packet())
         await asyncio.wait_for(conn.until_ready(), timeout)
         return conn
@@ -139,6 +229,10 @@ class Conn:
                     raise QueryError(f"FATAL {error.get('C')}: {error.get('M')}")
             elif tag == b"K":
                 (self.pid,) = struct.unpack("!i", body[:4])
+            elif tag == b"R":
+                reply = auth_reply(self.scram, body)
+                if reply is not None:
+                    self.writer.write(reply)
             elif tag == b"Z":
                 return rows, error
 
@@ -213,8 +307,11 @@ async def well_behaved(cid, port, deadline, stats, writer=False):
         try:
             op = "connect"
             if conn is None:
-                conn = await Conn.open(port)
+                transport = client_transport(cid)
+                op = f"connect over {transport}"
+                conn = await Conn.open(port, transport=transport)
                 stats.opened("well_behaved")
+                stats.add(f"well_behaved.connections.{transport}")
                 if writer and counter is None:
                     op = "create own table"
                     for sql in (f"create table {own} (id int primary key, n int)",
@@ -275,6 +372,11 @@ async def well_behaved(cid, port, deadline, stats, writer=False):
     if conn is not None:
         conn.close()
         stats.closed()
+
+
+def client_transport(cid):
+    transports = TARGET["transports"]
+    return transports[cid % len(transports)]
 
 
 def expect(rows, err, want, what):
@@ -370,7 +472,7 @@ async def disconnecter(cid, port, deadline, stats):
     while time.monotonic() < deadline:
         kind = rng.randrange(5)
         try:
-            conn = await Conn.open(port)
+            conn = await Conn.open(port, transport=client_transport(cid))
             stats.opened("disconnect")
             if kind == 0:
                 conn.writer.write(query_msg("select id, v from soak_big"))
@@ -439,6 +541,7 @@ def probe_process(port, shards, seconds, interval_s, out_queue):
             break
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(startup_packet())
+        scram = Scram(TARGET["password"]) if TARGET["password"] is not None else None
         pid = None
         buf = b""
         while True:
@@ -453,6 +556,10 @@ def probe_process(port, shards, seconds, interval_s, out_queue):
                 buf = buf[1 + length :]
                 if tag == b"K":
                     (pid,) = struct.unpack("!i", body[:4])
+                if tag == b"R":
+                    reply = auth_reply(scram, body)
+                    if reply is not None:
+                        s.sendall(reply)
                 if tag == b"Z":
                     done = True
             if done:
@@ -520,10 +627,29 @@ def rss_kib(pid):
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
-def start_server(binary, shards, max_connections):
+def server_args(args, workdir):
+    """What --transports, --auth and --io add to the server's command line."""
+    extra = []
+    if "tls" in TARGET["transports"]:
+        cert, key = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+                        "-subj", "/CN=localhost", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        extra += ["--tls-cert", cert, "--tls-key", key]
+    if "unix" in TARGET["transports"]:
+        extra += ["--unix-socket-dir", workdir]
+    if args.auth != "trust":
+        extra += ["--auth", args.auth, "--user", f"soak:{SOAK_PASSWORD}"]
+    if args.io:
+        extra += ["--io", args.io]
+    return extra
+
+
+def start_server(binary, shards, max_connections, extra=()):
     proc = subprocess.Popen(
         [binary, "--listen", "127.0.0.1:0", "--shards", str(shards),
-         "--max-connections", str(max_connections), "--log-level", "warn"],
+         "--max-connections", str(max_connections), "--log-level", "warn", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
     )
     line = proc.stdout.readline()
@@ -533,6 +659,8 @@ def start_server(binary, shards, max_connections):
         proc.kill()
         sys.exit(f"no port in ringwire's first line: {line!r}")
     threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+    if TARGET["unix_path"] is not None:
+        TARGET["unix_path"] = TARGET["unix_path"].replace("PORT", str(port))
     return proc, port
 
 
@@ -586,9 +714,14 @@ async def run(args):
     if 2 * total + 200 > soft:
         sys.exit(f"RLIMIT_NOFILE {soft} is too small for {total} connections (client + server)")
 
-    proc, port = start_server(args.binary, args.shards, max_connections=total + 200)
+    workdir = tempfile.mkdtemp(prefix="ringwire-soak-")
+    if "unix" in TARGET["transports"]:
+        TARGET["unix_path"] = os.path.join(workdir, ".s.PGSQL.PORT")
+    proc, port = start_server(args.binary, args.shards, max_connections=total + 200,
+                              extra=server_args(args, workdir))
     report = {"seconds_per_round": args.seconds, "rounds": args.rounds, "shards": args.shards,
-              "rlimit_nofile": soft,
+              "rlimit_nofile": soft, "transports": TARGET["transports"], "auth": args.auth,
+              "io": args.io or "default",
               "clients": {"well_behaved": args.well_behaved, "slowloris": args.slowloris,
                           "disconnect": args.disconnect, "garbage": args.garbage},
               "rounds_detail": []}
@@ -604,6 +737,7 @@ async def run(args):
     finally:
         proc.kill()
         proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
     rounds = report["rounds_detail"]
     report["server_alive"] = all(r["server_alive"] for r in rounds)
     report["well_behaved_errors"] = sum(r["well_behaved_errors"] for r in rounds)
@@ -740,7 +874,17 @@ def main():
     parser.add_argument("--settle-seconds", type=float, default=10,
                         help="wait after the clients left before reading RSS again")
     parser.add_argument("--json", help="also write the report here")
+    parser.add_argument("--transports", default="tcp",
+                        help="comma list of tcp, tls, unix: how well-behaved and disconnecting clients connect")
+    parser.add_argument("--auth", default="trust", choices=["trust", "scram-sha-256"],
+                        help="scram-sha-256: every client logs in with a password")
+    parser.add_argument("--io", choices=["uring", "glommio"], help="the server's socket path")
     args = parser.parse_args()
+    TARGET["transports"] = args.transports.split(",")
+    if not set(TARGET["transports"]) <= {"tcp", "tls", "unix"}:
+        sys.exit(f"--transports: unknown transport in {args.transports!r}")
+    if args.auth != "trust":
+        TARGET["password"] = SOAK_PASSWORD
     if not os.path.exists(args.binary):
         sys.exit(f"{args.binary} not found: cargo build --release (or --binary)")
     report = asyncio.run(run(args))
