@@ -242,11 +242,15 @@ pub enum Request {
     Abort {
         tx: TxId,
     },
+    /// CREATE/DROP TABLE/INDEX. `tx` owns the table locks while the DDL waits and runs: the
+    /// session's open block, or a fresh id; either way the statement's cancel can name it.
     Ddl {
+        tx: TxId,
         plan: Arc<TablePlan>,
     },
-    /// Add an index (or the primary key) to a table that may hold rows.
+    /// Add an index (or the primary key) to a table that may hold rows (`tx` as for `Ddl`).
     AddIndex {
+        tx: TxId,
         table: String,
         index: IndexDef,
         primary: bool,
@@ -686,17 +690,18 @@ impl Compute {
                 }
                 result
             }
-            Request::Ddl { plan } => {
-                let reply = self.ddl(&plan).await;
+            Request::Ddl { tx, plan } => {
+                let reply = self.ddl(&plan, tx).await;
                 self.announce_schema();
                 reply
             }
             Request::AddIndex {
+                tx,
                 table,
                 index,
                 primary,
             } => {
-                let added = self.add_index(&table, index, primary).await;
+                let added = self.add_index(&table, index, primary, tx).await;
                 self.announce_schema();
                 added.map(|()| Answer::default())
             }
@@ -806,6 +811,43 @@ impl Compute {
                 }
             }
         }
+    }
+
+    /// Take `table`'s write lock for a DDL statement run by `tx`, waiting for its writers (a
+    /// wait the statement's cancel or timeout ends, as for writes). DDL is not transactional
+    /// in ringwire: it applies at once, so it cannot change a table its own open block has
+    /// written (PostgreSQL would; here the block's writes would outlive their table). That is
+    /// refused rather than waited for, which would wait for itself forever.
+    async fn lock_for_ddl(
+        &self,
+        table: TableId,
+        tx: TxId,
+        what: &str,
+        name: &str,
+    ) -> Result<(), PgError> {
+        if self.locks.borrow().get(&table) == Some(&tx) {
+            return Err(PgError::new(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                format!("{what} on table \"{name}\", which this transaction has written, is not supported by ringwire"),
+            )
+            .with_hint("ringwire runs DDL outside transactions: COMMIT or ROLLBACK first."));
+        }
+        self.lock(table, tx).await
+    }
+
+    /// Release the lock [`Self::lock_for_ddl`] took. Only that table's: `tx` may be an open
+    /// block whose locks on other tables stay until it ends.
+    fn unlock_after_ddl(&self, table: TableId, tx: TxId) {
+        let mut tx_tables = self.tx_tables.borrow_mut();
+        if let Some(tables) = tx_tables.get_mut(&tx) {
+            tables.retain(|&t| t != table);
+            if tables.is_empty() {
+                tx_tables.remove(&tx);
+            }
+        }
+        drop(tx_tables);
+        self.locks.borrow_mut().remove(&table);
+        self.released.notify_all();
     }
 
     /// End `tx`'s lock wait, if it is waiting, with 57014: its statement was cancelled. A
@@ -985,7 +1027,7 @@ impl Compute {
 
     /// DDL runs on the compute shard, takes the write lock of the tables it changes (so it
     /// waits for open writers), and bumps the catalog version every shard checks.
-    async fn ddl(&self, plan: &TablePlan) -> Reply {
+    async fn ddl(&self, plan: &TablePlan, tx: TxId) -> Reply {
         let mut answer = Answer::default();
         match plan {
             TablePlan::CreateTable { def, if_not_exists } => {
@@ -1046,9 +1088,8 @@ impl Compute {
                         }
                         return Err(no_such_table(name));
                     };
-                    // Wait for writers, then drop; the DDL's own "transaction" is the drop.
-                    let ddl_tx = u64::MAX - id as u64;
-                    self.lock(id, ddl_tx).await?;
+                    // Wait for writers, then drop.
+                    self.lock_for_ddl(id, tx, "DROP TABLE", name).await?;
                     let mut catalog = self
                         .shared
                         .catalog
@@ -1058,9 +1099,7 @@ impl Compute {
                     catalog.indexes.retain(|_, t| t != name);
                     self.tables.borrow_mut().remove(&id);
                     drop(catalog);
-                    self.tx_tables.borrow_mut().remove(&ddl_tx);
-                    self.locks.borrow_mut().remove(&id);
-                    self.released.notify_all();
+                    self.unlock_after_ddl(id, tx);
                 }
             }
             TablePlan::DropIndex { names, if_exists } => {
@@ -1074,7 +1113,7 @@ impl Compute {
                         .get(name)
                         .cloned();
                     match table {
-                        Some(table) => self.drop_index(&table, name).await?,
+                        Some(table) => self.drop_index(&table, name, tx).await?,
                         None if *if_exists => answer
                             .notices
                             .push(notice(format!("index \"{name}\" does not exist, skipping"))),
@@ -1105,7 +1144,7 @@ impl Compute {
                     )));
                     return Ok(answer);
                 }
-                self.add_index(table, index.clone(), false).await?;
+                self.add_index(table, index.clone(), false, tx).await?;
             }
             _ => {
                 return Err(PgError::new(
@@ -1126,7 +1165,13 @@ impl Compute {
     /// stays. The rebuilt rows are stamped with timestamp 0, so every snapshot sees them
     /// (PostgreSQL blocks readers for this DDL; ringwire lets older snapshots read the rebuilt
     /// table instead).
-    async fn add_index(&self, table: &str, index: IndexDef, primary: bool) -> Result<(), PgError> {
+    async fn add_index(
+        &self,
+        table: &str,
+        index: IndexDef,
+        primary: bool,
+        tx: TxId,
+    ) -> Result<(), PgError> {
         let def = {
             let catalog = self
                 .shared
@@ -1145,13 +1190,15 @@ impl Compute {
                 .cloned()
                 .ok_or_else(|| no_such_table(table))?
         };
-        let ddl_tx = u64::MAX - def.id as u64;
-        self.lock(def.id, ddl_tx).await?;
+        let what = if primary {
+            "ALTER TABLE"
+        } else {
+            "CREATE INDEX"
+        };
+        self.lock_for_ddl(def.id, tx, what, table).await?;
         let result = self.rebuild_with_index(&def, index, primary);
         // Release the DDL's lock whatever happened.
-        self.tx_tables.borrow_mut().remove(&ddl_tx);
-        self.locks.borrow_mut().remove(&def.id);
-        self.released.notify_all();
+        self.unlock_after_ddl(def.id, tx);
         result
     }
 
@@ -1216,7 +1263,7 @@ impl Compute {
 
     /// `DROP INDEX name` on `table`: the table is rebuilt without it. The primary key's index
     /// cannot be dropped (PostgreSQL: 2BP01).
-    async fn drop_index(&self, table: &str, name: &str) -> Result<(), PgError> {
+    async fn drop_index(&self, table: &str, name: &str, tx: TxId) -> Result<(), PgError> {
         let def = {
             let catalog = self
                 .shared
@@ -1236,8 +1283,7 @@ impl Compute {
             )
             .with_hint(format!("You can drop constraint {name} on table {table} instead.")));
         }
-        let ddl_tx = u64::MAX - def.id as u64;
-        self.lock(def.id, ddl_tx).await?;
+        self.lock_for_ddl(def.id, tx, "DROP INDEX", table).await?;
         let mut new_def = (*def).clone();
         new_def.indexes.retain(|i| i.name != name);
         let result = self.replace_table(&def, Arc::new(new_def));
@@ -1249,9 +1295,7 @@ impl Compute {
                 .unwrap_or_else(|e| e.into_inner());
             catalog.indexes.remove(name);
         }
-        self.tx_tables.borrow_mut().remove(&ddl_tx);
-        self.locks.borrow_mut().remove(&def.id);
-        self.released.notify_all();
+        self.unlock_after_ddl(def.id, tx);
         result
     }
 }

@@ -357,6 +357,16 @@ impl Frontend {
     }
 
     /// A transaction id unique across shards: the shard in the high bits.
+    /// The transaction a DDL statement's table locks belong to: the open block's, so the
+    /// compute can tell a table the block itself has written (see `Compute::lock_for_ddl`),
+    /// or a fresh one.
+    fn ddl_tx(&self, session: &Session) -> TxId {
+        match &session.block {
+            Some(block) => block.tx,
+            None => self.new_tx(),
+        }
+    }
+
     fn new_tx(&self) -> TxId {
         let n = self.next_tx.get();
         self.next_tx.set(n + 1);
@@ -1255,8 +1265,14 @@ impl Frontend {
             | TablePlan::CreateIndex { .. }
             | TablePlan::DropTable { .. }
             | TablePlan::DropIndex { .. } => {
+                let tx = self.ddl_tx(session);
+                let request = Request::Ddl {
+                    tx,
+                    plan: plan.clone(),
+                };
+                // Waiting for a table's writers ends at cancel or timeout, as a write's does.
                 self.dispatcher
-                    .call(Request::Ddl { plan: plan.clone() })
+                    .call_cancellable(request, tx, cx.cancel)
                     .await
             }
         };
@@ -1482,12 +1498,16 @@ impl Frontend {
                 index,
                 primary,
             } => {
+                let tx = self.ddl_tx(session);
                 let request = Request::AddIndex {
+                    tx,
                     table: table.clone(),
                     index: index.clone(),
                     primary: *primary,
                 };
-                self.dispatcher.call(request).await?;
+                self.dispatcher
+                    .call_cancellable(request, tx, cx.cancel)
+                    .await?;
                 "ALTER TABLE"
             }
             Plan::Reset(None) => {

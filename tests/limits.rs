@@ -184,7 +184,34 @@ async fn lock_wait_story(
         .expect("the cancelled lock wait never ended")
         .unwrap();
     story.push(format!("cancel: {code} {message}"));
-    // The holder commits its own write; neither cancelled update left anything behind.
+    // DDL waits for the table's writers too, and its wait ends the same two ways.
+    b.batch_execute("set statement_timeout = '300ms'")
+        .await
+        .unwrap();
+    for ddl in [
+        "drop table lockwait",
+        "create index lockwait_v on lockwait (v)",
+        "alter table lockwait add primary key (v)",
+    ] {
+        let (code, message) = tokio::time::timeout(Duration::from_secs(5), fails(&b, ddl))
+            .await
+            .unwrap_or_else(|_| panic!("statement_timeout did not end the wait of {ddl}"));
+        story.push(format!("{ddl}: {code} {message}"));
+    }
+    b.batch_execute("reset statement_timeout").await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { fails(&b, "drop table lockwait").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the drop did not wait for the lock");
+    b.cancel_token().cancel_query(NoTls).await.unwrap();
+    let (code, message) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the cancelled drop never ended")
+        .unwrap();
+    story.push(format!("drop cancel: {code} {message}"));
+    // The holder commits its own write; no cancelled statement left anything behind.
     a.batch_execute("commit").await.unwrap();
     let v: i32 = b
         .query_one("select v from lockwait", &[])
@@ -227,6 +254,10 @@ async fn lock_waits_end_at_statement_timeout_and_cancel_as_postgres_does_it() {
             "timeout: 57014 canceling statement due to statement timeout",
             "1ms timeout: 57014",
             "cancel: 57014 canceling statement due to user request",
+            "drop table lockwait: 57014 canceling statement due to statement timeout",
+            "create index lockwait_v on lockwait (v): 57014 canceling statement due to statement timeout",
+            "alter table lockwait add primary key (v): 57014 canceling statement due to statement timeout",
+            "drop cancel: 57014 canceling statement due to user request",
             "after: 2",
             "later: true true",
             "final: 6",
@@ -241,6 +272,70 @@ async fn lock_waits_end_at_statement_timeout_and_cancel_as_postgres_does_it() {
         let b = connect_on_shard(&conninfo, shard).await;
         let got = lock_wait_story(&a, Arc::new(b)).await;
         assert_eq!(got, want, "waiting session on shard {shard}");
+    }
+}
+
+/// DDL in ringwire is not transactional, so a block cannot drop or re-index a table it has
+/// written: that is refused with 0A000 (it used to wait for its own lock forever). The block
+/// goes on, its other locks are kept, and DDL on tables it has not written still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_on_a_table_the_open_block_wrote_is_refused_not_hung() {
+    let rw = Ringwire::start(&["--shards", "2"]);
+    let conninfo = rw.connection_string("postgres");
+    for shard in 0..2 {
+        let a = connect_on_shard(&conninfo, shard).await;
+        let other = connect(&conninfo).await;
+        a.batch_execute(
+            "drop table if exists own_w; drop table if exists own_x; drop table if exists own_y; \
+             create table own_w (v int4); create table own_x (v int4); create table own_y (v int4)",
+        )
+        .await
+        .unwrap();
+        a.batch_execute("begin; insert into own_w values (1); insert into own_x values (1)")
+            .await
+            .unwrap();
+        for ddl in [
+            "drop table own_w",
+            "create index own_w_v on own_w (v)",
+            "alter table own_w add primary key (v)",
+        ] {
+            let (code, message) = tokio::time::timeout(Duration::from_secs(5), fails(&a, ddl))
+                .await
+                .unwrap_or_else(|_| panic!("{ddl} in the block that wrote the table hung"));
+            assert_eq!(code, "0A000", "{ddl}: {message}");
+            assert!(
+                message.contains("which this transaction has written"),
+                "{message}"
+            );
+            a.batch_execute(
+                "rollback; begin; insert into own_w values (1); insert into own_x values (1)",
+            )
+            .await
+            .unwrap();
+        }
+        // DDL on a table the block has not written runs, and leaves the block's locks alone.
+        a.batch_execute("create index own_y_v on own_y (v)")
+            .await
+            .unwrap();
+        let blocked = tokio::time::timeout(
+            Duration::from_millis(300),
+            other.batch_execute("insert into own_x values (2)"),
+        )
+        .await;
+        assert!(blocked.is_err(), "the block's lock on own_x was lost");
+        a.batch_execute("commit").await.unwrap();
+        let n: i64 = other
+            .query_one("select count(*) from own_x", &[])
+            .await
+            .unwrap()
+            .get(0);
+        // The insert that waited for the lock ran after the commit (its future was dropped
+        // only after it was sent), so 1 or 2 rows; the block's own row is there.
+        assert!(n >= 1, "{n}");
+        other
+            .batch_execute("drop table own_w; drop table own_x; drop table own_y")
+            .await
+            .unwrap();
     }
 }
 
