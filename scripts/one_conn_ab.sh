@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# A/B of --read-replicas at one connection (pgbench `select * from t`): each run is classified
-# by the shard its connection landed on — shard 1's `replica_hits + requests_sent` in
-# ringwire.shard_stats grows only when the connection is on shard 1 (served by its replica,
-# or crossing to the compute on shard 0 with replicas off).
+# A/B of server flags at one connection (pgbench `select * from t`, 3 s runs): each run is
+# classified by the shard its connection landed on — shard 1's `replica_hits + requests_sent`
+# in ringwire.shard_stats grows only when the connection is on shard 1 (served by its replica,
+# or crossing to the compute on shard 0). Each word of SETTINGS is one server's flags, with
+# commas for spaces; FIXED flags go to every server.
 #
-#   cargo build --release -p ringwire && scripts/replica_one_conn.sh 8 "on off on off"
-#   scripts/replica_one_conn.sh ROUNDS_PER_SERVER "on|off ..." [CONNS]
+#   cargo build --release -p ringwire
+#   scripts/one_conn_ab.sh 5 "--read-replicas,on --read-replicas,off --read-replicas,on --read-replicas,off"
+#   FIXED="--read-replicas off" scripts/one_conn_ab.sh 8 "--remote-spin-us,0 --remote-spin-us,50"
+#   scripts/one_conn_ab.sh ROUNDS_PER_SERVER "SETTINGS ..." [CONNS]   # CONNS > 1: plain QPS + CPU
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${CARGO_TARGET_DIR:-target}/release/ringwire
-rounds=${1:-8}; settings=${2:-"on off on off"}; conns=${3:-1}
+rounds=${1:-8}; settings=${2:?"SETTINGS: e.g. --read-replicas,on --read-replicas,off"}; conns=${3:-1}
+read -r -a fixed <<< "${FIXED:-}"
 sql=$(mktemp); echo "select * from t" > "$sql"
 q="select replica_hits + requests_sent from ringwire.shard_stats where shard = 1"
-for replicas in $settings; do
+for setting in $settings; do
+    IFS=, read -r -a flags <<< "$setting"
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    "$bin" --listen "127.0.0.1:$port" --cores 0-1 --read-replicas "$replicas" --log-level warn >/dev/null 2>&1 &
+    "$bin" --listen "127.0.0.1:$port" --cores 0-1 --log-level warn "${fixed[@]}" "${flags[@]}" >/dev/null 2>&1 &
     pid=$!
     for _ in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
     psql() { command psql -X -q -At -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "$1"; }
@@ -28,7 +33,7 @@ for replicas in $settings; do
         where=shard0; [ $((after - before)) -gt 1000 ] && where=shard1
         [ "$conns" -gt 1 ] && where="conns=$conns"
         cpu_us=$(awk -v t=$((cpu1 - cpu0)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }')
-        echo "replicas=$replicas $where qps=$tps latency_ms=$lat server_cpu_us_per_query=$cpu_us"
+        echo "${setting//,/ } $where qps=$tps latency_ms=$lat server_cpu_us_per_query=$cpu_us"
     done
     kill "$pid"; wait "$pid" 2>/dev/null || true
 done
