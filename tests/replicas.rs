@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::client::{connect_on_shard, connect_to, text_rows};
+use common::client::{connect_on_shard, connect_to, linearizability, text_rows};
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use tokio_postgres::Client;
@@ -73,85 +71,13 @@ async fn linearizable_run(delay_us: &'static str) {
     let hits_before = stat(&stats, 1, "replica_hits").await;
     let stale_before = stat(&stats, 1, "replica_stale").await;
 
-    let acked = Arc::new([AtomicI64::new(0), AtomicI64::new(0)]);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mut tasks = Vec::new();
-    for (key, client) in writers.into_iter().enumerate() {
-        let acked = acked.clone();
-        tasks.push(tokio::spawn(async move {
-            let stmt = client
-                .prepare("update lin set v = $1 where k = $2")
-                .await
-                .unwrap();
-            let mut v = 0i64;
-            while Instant::now() < deadline {
-                v += 1;
-                let n = client
-                    .execute(&stmt, &[&v, &(key as i32 + 1)])
-                    .await
-                    .unwrap();
-                assert_eq!(n, 1);
-                acked[key].store(v, Ordering::SeqCst);
-            }
-            0usize
-        }));
-    }
-    for (i, client) in readers.into_iter().enumerate() {
-        let acked = acked.clone();
-        tasks.push(tokio::spawn(async move {
-            let stmt = client
-                .prepare("select k, v from lin order by k")
-                .await
-                .unwrap();
-            let mut last = [0i64; 2];
-            let mut reads = 0usize;
-            while Instant::now() < deadline {
-                let floor = [
-                    acked[0].load(Ordering::SeqCst),
-                    acked[1].load(Ordering::SeqCst),
-                ];
-                // Alternate the extended protocol and a simple point select per key.
-                let values: Vec<i64> = if (reads + i).is_multiple_of(2) {
-                    let rows = client.query(&stmt, &[]).await.unwrap();
-                    assert_eq!(rows.len(), 2, "a read lost committed rows");
-                    rows.iter().map(|r| r.get(1)).collect()
-                } else {
-                    let mut values = Vec::new();
-                    for k in 1..=2 {
-                        let rows = outcome(&client, &format!("select v from lin where k = {k}"))
-                            .await
-                            .unwrap();
-                        values.push(rows[0][0].as_deref().unwrap().parse().unwrap());
-                    }
-                    values
-                };
-                for (k, &v) in values.iter().enumerate() {
-                    assert!(
-                        v >= floor[k],
-                        "stale read (ship delay {delay_us} µs): key {} read {v} after {} was \
-                         acknowledged",
-                        k + 1,
-                        floor[k]
-                    );
-                    assert!(
-                        v >= last[k],
-                        "read went backwards: key {} {v} after {}",
-                        k + 1,
-                        last[k]
-                    );
-                    last[k] = v;
-                }
-                reads += 1;
-            }
-            reads
-        }));
-    }
-    let mut reads = 0;
-    for t in tasks {
-        reads += t.await.unwrap();
-    }
-    assert!(reads > 100, "too few reads to mean anything: {reads}");
-    assert!(acked[0].load(Ordering::SeqCst) > 10 && acked[1].load(Ordering::SeqCst) > 10);
+    let reads = linearizability(
+        writers.into(),
+        readers.into(),
+        Duration::from_secs(3),
+        &format!("ship delay {delay_us} µs"),
+    )
+    .await;
     let hits = stat(&stats, 1, "replica_hits").await - hits_before;
     let stale = stat(&stats, 1, "replica_stale").await - stale_before;
     eprintln!(

@@ -4,11 +4,9 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::client::{connect, spread};
+use common::client::{connect, linearizability, spread};
 use common::ringwire::Ringwire;
 use tokio_postgres::error::SqlState;
 
@@ -223,97 +221,34 @@ async fn dml_errors_and_transactions() {
 /// older timestamp), a read on shard 1 right after an ack would read below the write and this
 /// assertion trips. Checked by hand: with `Compute::commit`'s publish removed, or publishing
 /// `ts - 1`, this test fails (the oracle crate's unit test shows the property on the primitive).
+///
+/// With `--read-replicas off`, so reads on shard 1 take the remote path to the compute
+/// (tests/replicas.rs runs the same check through the replicas).
 #[tokio::test]
 async fn reads_are_linearizable_across_shards() {
-    let rw = Ringwire::start(&["--shards", "2"]);
+    let rw = Ringwire::start(&["--shards", "2", "--read-replicas", "off"]);
     let conns = spread(&rw, 2, 3).await;
     conns[0]
         .1
-        .batch_execute("create table lin (k int4 primary key, v int8 not null)")
-        .await
-        .unwrap();
-    conns[0]
-        .1
-        .batch_execute("insert into lin values (1, 0), (2, 0)")
+        .batch_execute(
+            "create table lin (k int4 primary key, v int8 not null);
+             insert into lin values (1, 0), (2, 0)",
+        )
         .await
         .unwrap();
     let shards_used: HashSet<usize> = conns.iter().map(|(s, _)| *s).collect();
     assert_eq!(shards_used.len(), 2);
-
-    let acked = Arc::new([AtomicI64::new(0), AtomicI64::new(0)]);
-    let deadline = Instant::now() + Duration::from_secs(4);
-    let mut tasks = Vec::new();
-    let mut conns = conns.into_iter();
-    // One writer per key, on different shards.
-    for key in 0..2usize {
-        let (_, client) = conns.next().unwrap();
-        let acked = acked.clone();
-        tasks.push(tokio::spawn(async move {
-            let stmt = client
-                .prepare("update lin set v = $1 where k = $2")
-                .await
-                .unwrap();
-            let mut v = 0i64;
-            while Instant::now() < deadline {
-                v += 1;
-                assert_eq!(
-                    client
-                        .execute(&stmt, &[&v, &(key as i32 + 1)])
-                        .await
-                        .unwrap(),
-                    1
-                );
-                acked[key].store(v, Ordering::SeqCst);
-            }
-            0usize
-        }));
+    // One writer per key, one on each shard; the other four read, two on each shard.
+    let (mut writers, mut readers): (Vec<_>, Vec<_>) = (vec![None, None], Vec::new());
+    for (shard, client) in conns {
+        if writers[shard].is_none() {
+            writers[shard] = Some(client);
+        } else {
+            readers.push(client);
+        }
     }
-    for (_, client) in conns {
-        let acked = acked.clone();
-        tasks.push(tokio::spawn(async move {
-            let stmt = client
-                .prepare("select k, v from lin order by k")
-                .await
-                .unwrap();
-            let mut last = [0i64; 2];
-            let mut reads = 0usize;
-            while Instant::now() < deadline {
-                let floor = [
-                    acked[0].load(Ordering::SeqCst),
-                    acked[1].load(Ordering::SeqCst),
-                ];
-                let rows = client.query(&stmt, &[]).await.unwrap();
-                assert_eq!(rows.len(), 2, "a read lost committed rows");
-                for (i, row) in rows.iter().enumerate() {
-                    let v: i64 = row.get(1);
-                    assert!(
-                        v >= floor[i],
-                        "stale read: key {} read {v} after {} was acknowledged",
-                        i + 1,
-                        floor[i]
-                    );
-                    assert!(
-                        v >= last[i],
-                        "read went backwards: key {} {v} after {}",
-                        i + 1,
-                        last[i]
-                    );
-                    last[i] = v;
-                }
-                reads += 1;
-            }
-            reads
-        }));
-    }
-    let mut total_reads = 0;
-    for t in tasks {
-        total_reads += t.await.unwrap();
-    }
-    assert!(
-        total_reads > 100,
-        "too few reads to mean anything: {total_reads}"
-    );
-    assert!(acked[0].load(Ordering::SeqCst) > 10 && acked[1].load(Ordering::SeqCst) > 10);
+    let writers = writers.into_iter().map(Option::unwrap).collect();
+    linearizability(writers, readers, Duration::from_secs(4), "remote path").await;
 }
 
 /// pgbench's own initialization (drop, create, COPY, vacuum, primary keys), its select-only

@@ -69,3 +69,101 @@ pub fn text_rows(msgs: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<Vec<Optio
         })
         .collect()
 }
+
+/// The linearizability check the tests share: each writer bumps its own key of
+/// `lin (k int4 primary key, v int8)` (keys 1, 2, … in writer order, rows already there) and
+/// publishes each acknowledged value; each reader, alternating a prepared `select k, v from lin
+/// order by k` and a simple-protocol point select per key, must see every key at least at the
+/// value acknowledged before its read started, and never go back. Runs for `run`; panics on a
+/// stale or backwards read (`label` says which run). Returns the number of reads.
+pub async fn linearizability(
+    writers: Vec<Client>,
+    readers: Vec<Client>,
+    run: std::time::Duration,
+    label: &str,
+) -> usize {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+    let keys = writers.len();
+    let acked: Arc<Vec<AtomicI64>> = Arc::new((0..keys).map(|_| AtomicI64::new(0)).collect());
+    let deadline = std::time::Instant::now() + run;
+    let mut tasks = Vec::new();
+    for (key, client) in writers.into_iter().enumerate() {
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            let stmt = client
+                .prepare("update lin set v = $1 where k = $2")
+                .await
+                .unwrap();
+            let mut v = 0i64;
+            while std::time::Instant::now() < deadline {
+                v += 1;
+                let n = client
+                    .execute(&stmt, &[&v, &(key as i32 + 1)])
+                    .await
+                    .unwrap();
+                assert_eq!(n, 1);
+                acked[key].store(v, Ordering::SeqCst);
+            }
+            0usize
+        }));
+    }
+    for (i, client) in readers.into_iter().enumerate() {
+        let (acked, label) = (acked.clone(), label.to_string());
+        tasks.push(tokio::spawn(async move {
+            let stmt = client
+                .prepare("select k, v from lin order by k")
+                .await
+                .unwrap();
+            let mut last = vec![0i64; keys];
+            let mut reads = 0usize;
+            while std::time::Instant::now() < deadline {
+                let floor: Vec<i64> = acked.iter().map(|a| a.load(Ordering::SeqCst)).collect();
+                let values: Vec<i64> = if (reads + i).is_multiple_of(2) {
+                    let rows = client.query(&stmt, &[]).await.unwrap();
+                    assert_eq!(rows.len(), keys, "a read lost committed rows");
+                    rows.iter().map(|r| r.get(1)).collect()
+                } else {
+                    let mut values = Vec::new();
+                    for k in 1..=keys {
+                        let rows = text_rows(
+                            client
+                                .simple_query(&format!("select v from lin where k = {k}"))
+                                .await
+                                .unwrap(),
+                        );
+                        values.push(rows[0][0].as_deref().unwrap().parse().unwrap());
+                    }
+                    values
+                };
+                for (k, &v) in values.iter().enumerate() {
+                    assert!(
+                        v >= floor[k],
+                        "stale read ({label}): key {} read {v} after {} was acknowledged",
+                        k + 1,
+                        floor[k]
+                    );
+                    assert!(
+                        v >= last[k],
+                        "read went backwards ({label}): key {} {v} after {}",
+                        k + 1,
+                        last[k]
+                    );
+                    last[k] = v;
+                }
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    let mut reads = 0;
+    for t in tasks {
+        reads += t.await.unwrap();
+    }
+    assert!(reads > 100, "too few reads to mean anything: {reads}");
+    assert!(
+        acked.iter().all(|a| a.load(Ordering::SeqCst) > 10),
+        "too few writes to mean anything"
+    );
+    reads
+}
