@@ -356,7 +356,6 @@ impl Frontend {
         }
     }
 
-    /// A transaction id unique across shards: the shard in the high bits.
     /// The transaction a DDL statement's table locks belong to: the open block's, so the
     /// compute can tell a table the block itself has written (see `Compute::lock_for_ddl`),
     /// or a fresh one.
@@ -367,6 +366,7 @@ impl Frontend {
         }
     }
 
+    /// A transaction id unique across shards: the shard in the high bits.
     fn new_tx(&self) -> TxId {
         let n = self.next_tx.get();
         self.next_tx.set(n + 1);
