@@ -22,7 +22,7 @@ use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
 
-use crate::compute::exec;
+use crate::compute::exec::{self, ScanCursor};
 use crate::compute::storage::View;
 use crate::compute::{IndexDef, Timestamp, TxId};
 use crate::dispatch::{
@@ -1000,6 +1000,19 @@ enum RowSink<'r> {
     },
 }
 
+/// A snapshot held for one statement's result produced in chunks; released when dropped, so
+/// a statement that ends early — an error, a cancel, a client that went away — never leaks it.
+struct SnapshotHold<'f> {
+    frontend: &'f Frontend,
+    ts: Timestamp,
+}
+
+impl Drop for SnapshotHold<'_> {
+    fn drop(&mut self) {
+        self.frontend.release_snapshot(self.ts);
+    }
+}
+
 impl Frontend {
     /// Run one planned statement of a simple Query: RowDescription first (if it returns rows),
     /// then its rows and CommandComplete. If it fails, none of its output is sent.
@@ -1094,6 +1107,7 @@ impl Frontend {
         mark: usize,
     ) -> Result<Option<u64>, PgError> {
         let in_block = *cx.tx != TransactionStatus::Idle;
+        let can_flush = cx.can_flush();
         let session = &mut *cx.session;
         session.statement_timestamp_us = now_pg_us();
         let isolation = session.settings.isolation();
@@ -1150,6 +1164,16 @@ impl Frontend {
                     Counters::bump(&counters.latest_reads);
                 }
                 let copy = matches!(&**plan, TablePlan::CopyTo { .. });
+                // A result that can come in chunks does, when the connection lent its socket
+                // and the rows go straight to it: each chunk is flushed (waiting while the
+                // client does not read) before the next is produced.
+                let gathered =
+                    stats::is_gathered(select.table) || select.table == stats::TABLE_STATS_ID;
+                let mut cursor = (!gathered
+                    && (encoded.is_none() || copy)
+                    && can_flush
+                    && exec::streams(select))
+                .then(ScanCursor::default);
                 if copy {
                     // PostgreSQL's CopyOutResponse says "text" (0) for CSV too.
                     backend::write_copy_response(cx.out, b'H', Format::Text, select.columns.len());
@@ -1160,43 +1184,35 @@ impl Frontend {
                     Some(buf) if !copy => buf,
                     _ => &mut *cx.out,
                 };
+                let rows_from = target.len();
                 // (rows, the timestamp read at; None for the counters, which are not versioned)
-                let peeked = if stats::is_gathered(select.table) {
+                let peeked = if gathered && stats::is_gathered(select.table) {
                     self.shard_stats(session, plan, params, formats, target)
                         .await
                         .map(|n| (n, None))
-                } else if let Some(compute) = &self.dispatcher.compute {
-                    Counters::bump(&counters.direct_requests);
-                    session.refresh_peek_session();
-                    let info = StatementSession {
-                        session: &session.peek_session,
-                        statement_timestamp_us: session.statement_timestamp_us,
-                    };
-                    compute
-                        .peek_into(plan, params, read, &info, formats, target)
-                        .map(|(n, ts)| (n, Some(ts)))
-                } else if let Some(local) = self
-                    .replica_read(session, plan, params, read, formats, target)
-                    .await
-                {
-                    local.map(|(n, ts)| (n, Some(ts)))
                 } else {
-                    let request = Request::Peek {
-                        plan: plan.clone(),
-                        params: params.iter().cloned().collect(),
+                    self.peek_chunk(
+                        session,
+                        plan,
+                        params,
                         read,
-                        session: session.peek_session(),
-                        statement_timestamp_us: session.statement_timestamp_us,
-                        formats: formats.iter().copied().collect(),
-                        rows: self.dispatcher.rows_buffer(),
-                    };
-                    self.dispatcher.call(request).await.map(|answer| {
-                        target.extend_from_slice(&answer.rows);
-                        let done = (answer.count, Some(answer.ts));
-                        self.dispatcher.recycle_rows(answer.rows);
-                        done
-                    })
+                        formats,
+                        target,
+                        cursor.as_mut(),
+                    )
+                    .await
+                    .map(|(n, ts)| (n, Some(ts)))
                 };
+                let peeked = match (peeked, cursor) {
+                    (Ok((n, Some(ts))), Some(c)) if !c.done => {
+                        let first = (n, ts, rows_from);
+                        self.stream_rest(cx, plan, params, read, formats, c, first)
+                            .await
+                            .map(|(n, ts)| (n, Some(ts)))
+                    }
+                    (peeked, _) => peeked,
+                };
+                let session = &mut *cx.session;
                 let (count, ts) = peeked.inspect_err(|_| cx.out.truncate(mark))?;
                 if let (Some(block), Some(ts)) = (session.block.as_mut(), ts) {
                     if block.snapshot.is_none() {
@@ -1285,6 +1301,164 @@ impl Frontend {
         Ok(None)
     }
 
+    /// One peek of a SELECT (or COPY TO) plan, wherever it can run: the compute when it is on
+    /// this shard (a function call), else this shard's replica when it may serve the read,
+    /// else a request to the compute. With `chunk`, one chunk of a result produced in chunks
+    /// (all three places run the same resumable scan over the same row ids).
+    #[allow(clippy::too_many_arguments)]
+    async fn peek_chunk(
+        &self,
+        session: &mut Session,
+        plan: &Arc<TablePlan>,
+        params: &[Value],
+        read: ReadSpec,
+        formats: &[Format],
+        target: &mut Vec<u8>,
+        chunk: Option<&mut ScanCursor>,
+    ) -> Result<(u64, Timestamp), PgError> {
+        let counters = &self.dispatcher.counters;
+        if let Some(compute) = &self.dispatcher.compute {
+            Counters::bump(&counters.direct_requests);
+            session.refresh_peek_session();
+            let info = StatementSession {
+                session: &session.peek_session,
+                statement_timestamp_us: session.statement_timestamp_us,
+            };
+            return compute.peek_into(plan, params, read, &info, formats, target, chunk);
+        }
+        let mut chunk = chunk;
+        if let Some(local) = self
+            .replica_read(
+                session,
+                plan,
+                params,
+                read,
+                formats,
+                target,
+                chunk.as_deref_mut(),
+            )
+            .await
+        {
+            return local;
+        }
+        let request = Request::Peek {
+            plan: plan.clone(),
+            params: params.iter().cloned().collect(),
+            read,
+            session: session.peek_session(),
+            statement_timestamp_us: session.statement_timestamp_us,
+            formats: formats.iter().copied().collect(),
+            rows: self.dispatcher.rows_buffer(),
+            cursor: chunk.as_deref().copied(),
+        };
+        let answer = self.dispatcher.call(request).await?;
+        target.extend_from_slice(&answer.rows);
+        if let (Some(c), Some(after)) = (chunk, answer.cursor) {
+            *c = after;
+        }
+        let done = (answer.count, answer.ts);
+        self.dispatcher.recycle_rows(answer.rows);
+        Ok(done)
+    }
+
+    /// The rest of a result whose first chunk (`first`: its row count, the timestamp it read
+    /// at, where its rows start in `cx.out`) did not finish it: hold that timestamp against
+    /// compaction, then send each chunk before producing the next, so the statement holds at
+    /// most one chunk however slowly its client reads. Returns the row count of the whole
+    /// result and the timestamp it read at.
+    ///
+    /// The hold is taken after the first chunk so that results that fit in one chunk (nearly
+    /// all) never take one. If compaction passed `ts` meanwhile (the first chunk travelled
+    /// back from another shard's compute while it compacted), the first chunk is dropped,
+    /// unsent, and the result starts over at a held snapshot of the frontier — a state current
+    /// while the statement runs, so reads stay strict serializable. Between chunks the
+    /// statement yields to the shard's other tasks and ends with 57014 if cancelled or timed
+    /// out. The hold is released when the statement ends in any way, the future being dropped
+    /// included (`SnapshotHold`).
+    #[allow(clippy::too_many_arguments)]
+    async fn stream_rest(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        plan: &Arc<TablePlan>,
+        params: &[Value],
+        read: ReadSpec,
+        formats: &[Format],
+        mut cursor: ScanCursor,
+        first: (u64, Timestamp, usize),
+    ) -> Result<(u64, Timestamp), PgError> {
+        let (mut count, ts, rows_from) = first;
+        let (hold, ts) = match self.try_hold_at(ts) {
+            Some(hold) => (hold, ts),
+            None => {
+                cx.out.truncate(rows_from);
+                count = 0;
+                let hold = SnapshotHold {
+                    frontend: self,
+                    ts: self.hold_snapshot(),
+                };
+                cursor = ScanCursor::default();
+                let again = ReadSpec {
+                    at: ReadAt::Snapshot(hold.ts),
+                    tx: read.tx,
+                };
+                let (n, _) = self
+                    .peek_chunk(
+                        cx.session,
+                        plan,
+                        params,
+                        again,
+                        formats,
+                        cx.out,
+                        Some(&mut cursor),
+                    )
+                    .await?;
+                count += n;
+                let ts = hold.ts;
+                (hold, ts)
+            }
+        };
+        let at = ReadSpec {
+            at: ReadAt::Snapshot(ts),
+            tx: read.tx,
+        };
+        while !cursor.done {
+            cx.flush_out().await?;
+            futures_lite::future::yield_now().await;
+            cx.cancel.check()?;
+            let (n, _) = self
+                .peek_chunk(
+                    cx.session,
+                    plan,
+                    params,
+                    at,
+                    formats,
+                    cx.out,
+                    Some(&mut cursor),
+                )
+                .await?;
+            count += n;
+        }
+        drop(hold);
+        Ok((count, ts))
+    }
+
+    /// Hold exactly `ts` (a timestamp just read at) against compaction on this shard's slot,
+    /// which the compute and this shard's replica both respect. None: the compute's
+    /// compaction may already have passed it.
+    fn try_hold_at(&self, ts: Timestamp) -> Option<SnapshotHold<'_>> {
+        let shard = self.dispatcher.shard_id;
+        let mut held = self.held.borrow_mut();
+        let oldest = held.keys().next().copied();
+        if !self.shared.holds.try_hold(shard, ts, oldest) {
+            // Put the slot back: a failed hold must not keep compaction (or a later block's
+            // hold, which would trust it) at `ts`.
+            self.shared.holds.release_to(shard, oldest);
+            return None;
+        }
+        *held.entry(ts).or_default() += 1;
+        Some(SnapshotHold { frontend: self, ts })
+    }
+
     /// A read served by this shard's replica, when there is one and it provably holds (or,
     /// once caught up, will hold) what the read must see (`crate::replica`): no message, rows
     /// written straight into `out`. None: the read goes to the compute.
@@ -1296,6 +1470,7 @@ impl Frontend {
         read: ReadSpec,
         formats: &[Format],
         out: &mut Vec<u8>,
+        chunk: Option<&mut ScanCursor>,
     ) -> Option<Result<(u64, Timestamp), PgError>> {
         self.dispatcher.replica.as_ref()?;
         session.refresh_peek_session();
@@ -1304,7 +1479,7 @@ impl Frontend {
             statement_timestamp_us: session.statement_timestamp_us,
         };
         self.dispatcher
-            .replica_peek(plan, params, read, &info, formats, out)
+            .replica_peek(plan, params, read, &info, formats, out, chunk)
             .await
     }
 
@@ -1354,8 +1529,17 @@ impl Frontend {
             statement_timestamp_us: session.statement_timestamp_us,
         };
         let mark = out.len();
-        dispatch::run_select(&table, plan, params, View::LATEST, &info, formats, out)
-            .inspect_err(|_| out.truncate(mark))
+        dispatch::run_select(
+            &table,
+            plan,
+            params,
+            View::LATEST,
+            &info,
+            formats,
+            out,
+            None,
+        )
+        .inspect_err(|_| out.truncate(mark))
     }
 
     /// Run a planned statement to completion (rows included), writing everything but the
