@@ -226,6 +226,63 @@ impl Raw {
         reply
     }
 
+    /// Parse and Bind `sql` to portal `portal`, then Execute it for `max_rows` and Flush.
+    fn open_portal(&mut self, portal: &str, sql: &str, max_rows: i32) {
+        let mut out = Vec::new();
+        frontend::encode_parse(&mut out, "", sql, &[]);
+        frontend::encode_bind(&mut out, portal, "", &[], &[], &[]);
+        frontend::encode_execute(&mut out, portal, max_rows);
+        frontend::encode_empty(&mut out, b'H');
+        self.stream.write_all(&out).unwrap();
+    }
+
+    fn execute(&mut self, portal: &str, max_rows: i32) {
+        let mut out = Vec::new();
+        frontend::encode_execute(&mut out, portal, max_rows);
+        frontend::encode_empty(&mut out, b'H');
+        self.stream.write_all(&out).unwrap();
+    }
+
+    /// Read one Execute's reply: its rows, then "suspended" or its command tag.
+    fn execute_reply(&mut self, digest: &mut Sha256) -> (u64, String) {
+        let mut rows = Vec::new();
+        let (n, end) = self.execute_rows(&mut rows);
+        for r in rows {
+            digest.update(&r);
+        }
+        (n, end)
+    }
+
+    /// Read one Execute's reply, appending its DataRow bodies to `out`.
+    fn execute_rows(&mut self, out: &mut Vec<Vec<u8>>) -> (u64, String) {
+        let mut rows = 0;
+        loop {
+            let (tag, body) = self.message();
+            match tag {
+                b'D' => {
+                    out.push(body);
+                    rows += 1;
+                }
+                b's' => return (rows, "suspended".into()),
+                b'C' => {
+                    return (
+                        rows,
+                        String::from_utf8_lossy(&body[..body.len() - 1]).into(),
+                    )
+                }
+                b'E' => panic!("error: {}", body.escape_ascii()),
+                _ => {}
+            }
+        }
+    }
+
+    fn sync(&mut self) {
+        let mut out = Vec::new();
+        frontend::encode_empty(&mut out, b'S');
+        self.stream.write_all(&out).unwrap();
+        while self.message().0 != b'Z' {}
+    }
+
     fn query(&mut self, sql: &str) -> Reply {
         self.send_query(sql);
         self.finish(Sha256::new(), 0)
@@ -388,6 +445,36 @@ fn slow_readers_of_a_large_result_cost_bounded_memory() {
         for mut c in stalled {
             let got = c.finish(Sha256::new(), 0);
             assert_eq!((got.rows, &got.digest), (want.rows, &want.digest));
+        }
+        // Portals suspended after a few rows of the 20 MB result hold their place in the scan,
+        // not the result.
+        std::thread::sleep(Duration::from_millis(500));
+        let before = rss_kib(rw.pid());
+        let mut portals = Vec::new();
+        for shard in [0, 1] {
+            for _ in 0..4 {
+                let mut c = Raw::on_shard(rw, shard);
+                assert!(c.query("begin").error.is_none());
+                c.open_portal("p", "select * from wide", 5);
+                assert_eq!(
+                    c.execute_reply(&mut Sha256::new()),
+                    (5, "suspended".to_string())
+                );
+                portals.push(c);
+            }
+        }
+        let grown_mib = rss_kib(rw.pid()).saturating_sub(before) / 1024;
+        eprintln!("server {i}: RSS grew {grown_mib} MiB with 8 suspended portals over 20 MB");
+        assert!(
+            grown_mib < 48,
+            "server {i}: RSS grew {grown_mib} MiB for 8 suspended portals"
+        );
+        for mut c in portals {
+            c.execute("p", 0);
+            let (rows, tag) = c.execute_reply(&mut Sha256::new());
+            assert_eq!((rows, tag.as_str()), (WIDE_ROWS as u64 - 5, "SELECT 1995"));
+            c.sync();
+            assert!(c.query("commit").error.is_none());
         }
         rw.assert_alive();
         let stall_us = shard_stats_value(rw, "executor_stall_us_max");
@@ -573,5 +660,102 @@ fn timeout_and_cancel_end_a_result_between_chunks() {
         assert_eq!(got.error, want_cancel.error, "{label}");
         let live = Raw::connect(&rw.addr()).query("select id from wide").rows as i64;
         wait_for_versions(rw, live, label, "after the cancelled results");
+    }
+}
+
+/// What a round of the portal test writes between Executes.
+fn round_writes(round: usize) -> [String; 2] {
+    [
+        format!("update narrow set a = a + 1 where id % 50 = {round}"),
+        format!("delete from narrow where id % 70 = {round}"),
+    ]
+}
+
+/// Execute with a row limit over a streaming plan resumes a scan instead of materializing the
+/// result: the same suspensions, rows and tags as PostgreSQL 15 — also while other sessions
+/// change the table between Executes (a portal reads the snapshot it started at) — in and
+/// outside a transaction block.
+#[test]
+fn portals_with_a_row_limit_resume_their_scan_like_postgres() {
+    let dir = TempDir::new("portal");
+    let narrow = narrow_data(&dir.0);
+    let pg = Postgres::start();
+    let rws = servers();
+    let columns = "id int primary key, a int, v text";
+    load(|| pg_psql(&pg), "narrow", columns, &narrow);
+    for rw in &rws {
+        load(|| rw.psql(), "narrow", columns, &narrow);
+    }
+    // (portal transcript: rows and ending of each Execute, digest of all rows)
+    let run = |c: &mut Raw, writer: &mut Raw, in_block: bool, round: usize| {
+        if in_block {
+            assert!(c.query("begin").error.is_none());
+        }
+        // Before any writes both tables are in load order; after them PostgreSQL's heap has
+        // moved updated rows to its end (a scan's order is unspecified), so later rounds read
+        // everything and compare the rows sorted.
+        let sql = if round == 1 {
+            "select id, a, v from narrow where a <> 3 limit 60000"
+        } else {
+            "select id, a, v from narrow where a <> 3"
+        };
+        let mut rows = Vec::new();
+        let mut transcript = Vec::new();
+        c.open_portal("p", sql, 7000);
+        loop {
+            let (n, end) = c.execute_rows(&mut rows);
+            let finished = end != "suspended";
+            transcript.push((n, end));
+            if finished {
+                break;
+            }
+            if transcript.len() == 2 {
+                // Other sessions write between Executes; the portal must not see it.
+                for sql in round_writes(round) {
+                    let r = writer.query(&sql);
+                    assert!(r.error.is_none(), "{r:?}");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            c.execute("p", if transcript.len() == 5 { 60000 } else { 7000 });
+        }
+        c.sync();
+        if in_block {
+            assert!(c.query("commit").error.is_none());
+        }
+        if round > 1 {
+            rows.sort();
+        }
+        let digest: String = Sha256::digest(rows.concat())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        (transcript, digest)
+    };
+    let pg_addr = format!("127.0.0.1:{}", pg.port);
+    let mut round = 0;
+    for in_block in [false, true] {
+        for (label, server, shard) in PATHS {
+            round += 1;
+            let want = run(
+                &mut Raw::connect(&pg_addr),
+                &mut Raw::connect(&pg_addr),
+                in_block,
+                round,
+            );
+            let rw = &rws[server];
+            let got = run(
+                &mut Raw::on_shard(rw, shard),
+                &mut Raw::connect(&rw.addr()),
+                in_block,
+                round,
+            );
+            assert_eq!(got, want, "{label}, in a block: {in_block}");
+            // The other server gets the same writes, so all three hold the same rows.
+            let mut other = Raw::connect(&rws[1 - server].addr());
+            for sql in round_writes(round) {
+                assert!(other.query(&sql).error.is_none());
+            }
+        }
     }
 }

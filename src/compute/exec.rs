@@ -394,6 +394,8 @@ pub struct ScanCursor {
     pub produced: u64,
     /// The table's [`Table::incarnation`] the first chunk read; 0 before it.
     pub incarnation: u64,
+    /// Pause once `produced` reaches this (a portal's Execute with a row limit).
+    pub pause_at: Option<u64>,
     /// The result is complete.
     pub done: bool,
 }
@@ -430,7 +432,8 @@ fn rebuilt_under_scan(table: &Table) -> PgError {
 }
 
 /// One chunk of a [`streams`] plan at `view`, resuming at `cursor`: rows go to `out` until it
-/// asks for a pause (`Break`, after the row it was given), [`CHUNK_ROWS_VISITED`] rows were
+/// asks for a pause (`Break`, after the row it was given), the cursor's `pause_at` row count
+/// is reached, [`CHUNK_ROWS_VISITED`] rows were
 /// visited, or the result ends (`cursor.done`). Every chunk must read at the same `view`,
 /// held against compaction (see [`Table::scan_from`] for why the rows then come out exactly
 /// as one pass would give them). Returns the rows produced by this chunk.
@@ -456,6 +459,9 @@ pub fn select_chunk(
     }
     let (offset, limit) = eval_limits(plan, params, session)?;
     let before = cursor.produced;
+    if Some(cursor.produced) == cursor.pause_at {
+        return Ok(0);
+    }
     if limit.is_some_and(|l| cursor.produced >= l) {
         cursor.done = true;
         return Ok(0);
@@ -485,7 +491,7 @@ pub fn select_chunk(
         if Some(cursor.produced) == limit {
             break;
         }
-        if flow.is_break() {
+        if flow.is_break() || Some(cursor.produced) == cursor.pause_at {
             cursor.next = rid + 1;
             return Ok(cursor.produced - before);
         }
