@@ -258,6 +258,9 @@ pub enum Request {
 }
 
 /// What [`Compute::handle_now`] did with a request.
+// A transient return value, never stored or sent in bulk: boxing the request would cost an
+// allocation per write for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Handled {
     Now(Reply),
     /// It may wait for a lock: run it with [`Compute::handle`] in a task.

@@ -1643,6 +1643,7 @@ impl Frontend {
     /// A read served by this shard's replica, when there is one and it provably holds (or,
     /// once caught up, will hold) what the read must see (`crate::replica`): no message, rows
     /// written straight into `out`. None: the read goes to the compute.
+    #[allow(clippy::too_many_arguments)]
     async fn replica_read(
         &self,
         session: &mut Session,

@@ -418,6 +418,9 @@ pub fn streams(plan: &SelectPlan) -> bool {
         && plan.order_by.is_empty()
 }
 
+/// Receives each row of a chunk; `Break` pauses the chunk after that row.
+pub type ChunkSink<'f> = dyn FnMut(&[Value]) -> Result<ControlFlow<()>, PgError> + 'f;
+
 /// DDL rebuilt the table (renumbering its rows) while a statement read it in chunks.
 /// PostgreSQL would have made the DDL wait for the reader; here the reader fails, with the
 /// SQLSTATE clients retry.
@@ -444,7 +447,7 @@ pub fn select_chunk(
     view: View,
     session: &dyn SessionInfo,
     cursor: &mut ScanCursor,
-    out: &mut dyn FnMut(&[Value]) -> Result<ControlFlow<()>, PgError>,
+    out: &mut ChunkSink,
 ) -> Result<u64, PgError> {
     debug_assert!(
         streams(plan),
@@ -468,13 +471,11 @@ pub fn select_chunk(
     }
     let visible = plan.columns.len();
     let mut proj = RowBuf::new();
-    let mut visited = 0u32;
-    for (rid, row) in table.scan_from(view, cursor.next) {
-        if visited == CHUNK_ROWS_VISITED {
+    for (visited, (rid, row)) in table.scan_from(view, cursor.next).enumerate() {
+        if visited == CHUNK_ROWS_VISITED as usize {
             cursor.next = rid;
             return Ok(cursor.produced - before);
         }
-        visited += 1;
         if !passes(plan.filter.as_ref(), params, row, session)? {
             continue;
         }
