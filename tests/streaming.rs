@@ -759,3 +759,37 @@ fn portals_with_a_row_limit_resume_their_scan_like_postgres() {
         }
     }
 }
+
+/// DDL that rebuilds the table (here CREATE INDEX) while a result is paused renumbers its
+/// rows: the result cannot resume, and ends with 40001 instead of wrong rows. (PostgreSQL
+/// would make the DDL wait for the reader; ringwire takes no reader locks.)
+#[test]
+fn a_table_rebuilt_under_a_paused_result_ends_it_with_40001() {
+    let dir = TempDir::new("ddl");
+    let wide = wide_data(&dir.0);
+    let rws = servers();
+    for rw in &rws {
+        load(|| rw.psql(), "wide", "id int primary key, v text", &wide);
+    }
+    for (round, (label, server, shard)) in PATHS.into_iter().enumerate() {
+        let rw = &rws[server];
+        let mut reader = Raw::on_shard(rw, shard);
+        reader.small_receive_buffer();
+        reader.send_query("select * from wide");
+        let mut digest = Sha256::new();
+        reader.read_rows(10, &mut digest);
+        let mut writer = Raw::connect(&rw.addr());
+        let r = writer.query(&format!("create index wide_{round} on wide (id)"));
+        assert!(r.error.is_none(), "{label}: {r:?}");
+        let got = reader.finish(digest, 10);
+        let (code, message) = got.error.clone().unwrap_or_default();
+        assert_eq!(code, "40001", "{label}: {got:?}");
+        assert!(
+            message.contains("altered during the statement"),
+            "{message}"
+        );
+        assert!(got.rows < WIDE_ROWS as u64, "{label}: {got:?}");
+        assert_eq!(reader.query("select count(*) from wide").rows, 1);
+        wait_for_versions(rw, WIDE_ROWS as i64, label, "after the failed result");
+    }
+}
