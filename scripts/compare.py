@@ -294,7 +294,10 @@ def main():
     ap.add_argument("--out", default=None, help="write raw results as JSON here")
     ap.add_argument("--baseline-bin", default=None,
                     help="another ringwire binary (e.g. a build of an earlier commit), run as "
-                         "'ringwire-base' with the same flags as 'ringwire', interleaved with the others")
+                         "'ringwire-base' with --baseline-args, interleaved with the others")
+    ap.add_argument("--baseline-args", default="--io uring",
+                    help="flags for --baseline-bin (e.g. '--io uring --read-replicas off' to compare "
+                         "with ringwire-replicas-off)")
     args = ap.parse_args()
 
     workloads = args.workloads.split(",")
@@ -315,7 +318,7 @@ def main():
                                                    "--threads", str(ncores)], port))
         variants = [(name, extra, os.path.join(RELEASE, "ringwire")) for name, extra in RINGWIRE_VARIANTS]
         if args.baseline_bin:
-            variants.append(("ringwire-base", ["--io", "uring"], args.baseline_bin))
+            variants.append(("ringwire-base", args.baseline_args.split(), args.baseline_bin))
             wanted.append("ringwire-base")
         for name, extra, binary in variants:
             if name in wanted:
