@@ -3,7 +3,9 @@
 //! The state machine never calls the socket directly: it reads through [`ReadBuf::fill`] and
 //! writes by appending to `out`, which the loop flushes once per batch — when every complete
 //! message in the read buffer has been handled (so a pipeline of Bind/Execute/Sync costs one
-//! write), or earlier if `out` grows past [`FLUSH_BYTES`]. The transport is any
+//! write), or earlier if `out` grows past [`FLUSH_BYTES`]. A statement (Query, Execute) is
+//! lent the socket through [`Cx::client`] so a large result can go out in chunks while it
+//! runs. The transport is any
 //! `AsyncRead + AsyncWrite`, so the io_uring path can replace glommio's stream underneath.
 //!
 //! States: `tls::negotiate` (with TLS on: SSLRequest answered `S` and the handshake, or
