@@ -292,6 +292,12 @@ def main():
     ap.add_argument("--servers", default="postgres,tokio,floor,ringwire",
                     help="any of postgres,tokio," + ",".join(n for n, _ in RINGWIRE_VARIANTS))
     ap.add_argument("--out", default=None, help="write raw results as JSON here")
+    ap.add_argument("--baseline-bin", default=None,
+                    help="another ringwire binary (e.g. a build of an earlier commit), run as "
+                         "'ringwire-base' with --baseline-args, interleaved with the others")
+    ap.add_argument("--baseline-args", default="--io uring",
+                    help="flags for --baseline-bin (e.g. '--io uring --read-replicas off' to compare "
+                         "with ringwire-replicas-off)")
     args = ap.parse_args()
 
     workloads = args.workloads.split(",")
@@ -310,10 +316,14 @@ def main():
             port = free_port()
             servers.append(start_binary("tokio", [os.path.join(RELEASE, "tokio-baseline"), "--listen", f"127.0.0.1:{port}",
                                                    "--threads", str(ncores)], port))
-        for name, extra in RINGWIRE_VARIANTS:
+        variants = [(name, extra, os.path.join(RELEASE, "ringwire")) for name, extra in RINGWIRE_VARIANTS]
+        if args.baseline_bin:
+            variants.append(("ringwire-base", args.baseline_args.split(), args.baseline_bin))
+            wanted.append("ringwire-base")
+        for name, extra, binary in variants:
             if name in wanted:
                 port = free_port()
-                servers.append(start_binary(name, [os.path.join(RELEASE, "ringwire"), "--listen", f"127.0.0.1:{port}",
+                servers.append(start_binary(name, [binary, "--listen", f"127.0.0.1:{port}",
                                                    "--cores", args.server_cores, "--log-level", "warn"] + extra, port))
                 if "--wire-floor" not in extra:
                     err = load(port, load_sql, 1)

@@ -37,6 +37,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,7 +53,7 @@ use shards::engine::CancelToken;
 use shards::runtime::Mesh;
 use smallvec::SmallVec;
 
-use crate::compute::exec;
+use crate::compute::exec::{self, ScanCursor};
 use crate::compute::storage::{Table, View};
 use crate::compute::{IndexDef, TableDef, TableId, TableRef, Timestamp, TxId};
 use crate::replica::{Fallback, Replica, ReplicaBatch, ReplicaEvent, TableWrites};
@@ -223,6 +224,9 @@ pub enum Request {
         statement_timestamp_us: i64,
         formats: Formats,
         rows: Vec<u8>,
+        /// A result produced in chunks: where this chunk resumes (see [`exec::select_chunk`]);
+        /// it comes back advanced in [`Answer::cursor`]. None: the whole result.
+        cursor: Option<ScanCursor>,
     },
     /// Run an INSERT/UPDATE/DELETE/TRUNCATE/COPY FROM as part of `tx`; with `autocommit`,
     /// commit it at once.
@@ -258,6 +262,9 @@ pub enum Request {
 }
 
 /// What [`Compute::handle_now`] did with a request.
+// A transient return value, never stored or sent in bulk: boxing the request would cost an
+// allocation per write for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Handled {
     Now(Reply),
     /// It may wait for a lock: run it with [`Compute::handle`] in a task.
@@ -272,6 +279,8 @@ pub struct Answer {
     pub notices: Vec<PgError>,
     /// For a peek: the timestamp it read at.
     pub ts: Timestamp,
+    /// For a peek of one chunk: the cursor after it.
+    pub cursor: Option<ScanCursor>,
 }
 
 pub type Reply = Result<Answer, PgError>;
@@ -335,8 +344,18 @@ pub fn write_data_row(
     w.finish();
 }
 
+/// A result produced in chunks ([`exec::select_chunk`]) pauses once a chunk has encoded this
+/// many bytes: what one statement adds to its connection's memory while its client is slow,
+/// beyond the socket path's own bounded output buffer.
+pub const CHUNK_BYTES: usize = 256 << 10;
+
 /// Run a SELECT or COPY TO plan over `table` at `view`, appending DataRows (or CopyData) to
-/// `out`. Returns the row count.
+/// `out`. Returns the row count (of this chunk, with `chunk`).
+///
+/// With `chunk` (only for plans that [`exec::streams`]) it produces one chunk of about
+/// [`CHUNK_BYTES`], resuming where the cursor stands, and leaves the cursor at the next row
+/// (`done` at the end). Without, the whole result.
+#[allow(clippy::too_many_arguments)]
 pub fn run_select(
     table: &Table,
     plan: &TablePlan,
@@ -345,6 +364,7 @@ pub fn run_select(
     session: &dyn SessionInfo,
     formats: &[Format],
     out: &mut Vec<u8>,
+    chunk: Option<&mut ScanCursor>,
 ) -> Result<u64, PgError> {
     let (TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. }) = plan else {
         return Err(PgError::new(
@@ -353,15 +373,24 @@ pub fn run_select(
         ));
     };
     let ctx = session.text_context();
+    let start = out.len();
     let TablePlan::CopyTo { format, .. } = plan else {
         // The hot path: rows are encoded straight into `out`, nothing staged.
-        return exec::select(table, select, params, view, session, &mut |row| {
-            write_data_row(row, &select.columns, formats, ctx, out);
-            Ok(())
-        });
+        return match chunk {
+            None => exec::select(table, select, params, view, session, &mut |row| {
+                write_data_row(row, &select.columns, formats, ctx, out);
+                Ok(())
+            }),
+            Some(cursor) => {
+                exec::select_chunk(table, select, params, view, session, cursor, &mut |row| {
+                    write_data_row(row, &select.columns, formats, ctx, out);
+                    Ok(chunk_flow(out, start))
+                })
+            }
+        };
     };
     let types: Vec<Type> = select.columns.iter().map(|c| c.1).collect();
-    if format.header {
+    if format.header && chunk.as_ref().is_none_or(|c| c.is_fresh()) {
         let names: Vec<Value> = select
             .columns
             .iter()
@@ -382,17 +411,37 @@ pub fn run_select(
         }
         protocol::wire::finish_message(out, start);
     }
-    exec::select(table, select, params, view, session, &mut |row| {
-        // COPY TO: one CopyData per row.
-        let start = protocol::wire::begin_message(out, b'd');
+    // COPY TO: one CopyData per row.
+    let copy_row = |row: &[Value], out: &mut Vec<u8>| {
+        let at = protocol::wire::begin_message(out, b'd');
         if format.csv {
             exec::format_copy_csv(row, &types, ctx, out);
         } else {
             exec::format_copy_text(row, &types, ctx, out);
         }
-        protocol::wire::finish_message(out, start);
-        Ok(())
-    })
+        protocol::wire::finish_message(out, at);
+    };
+    match chunk {
+        None => exec::select(table, select, params, view, session, &mut |row| {
+            copy_row(row, out);
+            Ok(())
+        }),
+        Some(cursor) => {
+            exec::select_chunk(table, select, params, view, session, cursor, &mut |row| {
+                copy_row(row, out);
+                Ok(chunk_flow(out, start))
+            })
+        }
+    }
+}
+
+/// Pause a chunk once it has encoded [`CHUNK_BYTES`] since `start`.
+fn chunk_flow(out: &[u8], start: usize) -> ControlFlow<()> {
+    if out.len() - start >= CHUNK_BYTES {
+        ControlFlow::Break(())
+    } else {
+        ControlFlow::Continue(())
+    }
 }
 
 /// A table holding `rows`, all committed: what a query over a `ringwire.*` relation runs on.
@@ -627,19 +676,29 @@ impl Compute {
                 statement_timestamp_us,
                 formats,
                 mut rows,
+                mut cursor,
             } => {
                 let session = StatementSession {
                     session: &session,
                     statement_timestamp_us,
                 };
                 Handled::Now(
-                    self.peek_into(&plan, &params, read, &session, &formats, &mut rows)
-                        .map(|(count, ts)| Answer {
-                            rows,
-                            count,
-                            notices: Vec::new(),
-                            ts,
-                        }),
+                    self.peek_into(
+                        &plan,
+                        &params,
+                        read,
+                        &session,
+                        &formats,
+                        &mut rows,
+                        cursor.as_mut(),
+                    )
+                    .map(|(count, ts)| Answer {
+                        rows,
+                        count,
+                        notices: Vec::new(),
+                        ts,
+                        cursor,
+                    }),
                 )
             }
             Request::Commit { tx } => {
@@ -709,7 +768,9 @@ impl Compute {
     }
 
     /// Run a SELECT (or COPY TO) plan at `read`, appending its encoded rows to `out`. Returns
-    /// the row count and the timestamp read at. On error `out` is as it was.
+    /// the row count and the timestamp read at. On error `out` is as it was. With `chunk`,
+    /// one chunk of the result (see [`run_select`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn peek_into(
         &self,
         plan: &TablePlan,
@@ -718,13 +779,15 @@ impl Compute {
         session: &dyn SessionInfo,
         formats: &[Format],
         out: &mut Vec<u8>,
+        chunk: Option<&mut ScanCursor>,
     ) -> Result<(u64, Timestamp), PgError> {
         let started = self.metrics_on.then(std::time::Instant::now);
-        let result = self.run_peek(plan, params, read, session, formats, out);
+        let result = self.run_peek(plan, params, read, session, formats, out, chunk);
         self.peek_us.record_since(started);
         result
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_peek(
         &self,
         plan: &TablePlan,
@@ -733,6 +796,7 @@ impl Compute {
         session: &dyn SessionInfo,
         formats: &[Format],
         out: &mut Vec<u8>,
+        chunk: Option<&mut ScanCursor>,
     ) -> Result<(u64, Timestamp), PgError> {
         let (TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. }) = plan else {
             return Err(PgError::new(
@@ -745,11 +809,20 @@ impl Compute {
         let mark = out.len();
         let result = if select.table == stats::TABLE_STATS_ID {
             let table = self.table_stats();
-            run_select(&table, plan, params, View::LATEST, session, formats, out)
+            run_select(
+                &table,
+                plan,
+                params,
+                View::LATEST,
+                session,
+                formats,
+                out,
+                None,
+            )
         } else {
             let tables = self.tables.borrow();
             let table = tables.get(&select.table).ok_or_else(dropped_table)?;
-            run_select(table, plan, params, view, session, formats, out)
+            run_select(table, plan, params, view, session, formats, out, chunk)
         };
         match result {
             Ok(count) => Ok((count, ts)),
@@ -1560,6 +1633,7 @@ impl Dispatcher {
         session: &dyn SessionInfo,
         formats: &[Format],
         out: &mut Vec<u8>,
+        mut chunk: Option<&mut ScanCursor>,
     ) -> Option<Result<(u64, Timestamp), PgError>> {
         let replica = self.replica.as_ref()?;
         // Loaded once: a serializable read retried after each batch must not chase a frontier
@@ -1570,7 +1644,17 @@ impl Dispatcher {
         };
         let mut waits = 0;
         loop {
-            match replica.peek(plan, params, read, latest_floor, session, formats, out) {
+            let chunk = chunk.as_deref_mut();
+            match replica.peek(
+                plan,
+                params,
+                read,
+                latest_floor,
+                session,
+                formats,
+                out,
+                chunk,
+            ) {
                 Ok(result) => {
                     Counters::bump(&self.counters.replica_hits);
                     return Some(result);

@@ -22,7 +22,7 @@ use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::{Parser, ParserError};
 
-use crate::compute::exec;
+use crate::compute::exec::{self, ScanCursor};
 use crate::compute::storage::View;
 use crate::compute::{IndexDef, Timestamp, TxId};
 use crate::dispatch::{
@@ -117,11 +117,23 @@ pub struct Portal {
     /// Inline: binding a point select allocates nothing.
     params: Params,
     formats: Formats,
-    /// For a portal executed with `max_rows`: every row, encoded as DataRows at the first
-    /// Execute, handed out `max_rows` at a time from `next_byte`.
+    /// For a portal executed with `max_rows` whose plan must materialize: every row, encoded
+    /// as DataRows at the first Execute, handed out `max_rows` at a time from `next_byte`.
     rows: Option<Vec<u8>>,
     next_byte: usize,
+    /// For a portal executed with `max_rows` whose plan streams: where its scan stands.
+    scan: Option<PortalScan>,
     done: bool,
+}
+
+/// A portal's resumable scan between Executes: each Execute produces the next `max_rows` rows
+/// (in chunks, flushed as a statement's are) at the snapshot its first Execute read, held
+/// until the portal finishes or is dropped (Close, the end of its transaction, the
+/// connection's end).
+struct PortalScan {
+    cursor: ScanCursor,
+    read: ReadSpec,
+    hold: Option<SnapshotHold>,
 }
 
 pub struct Session {
@@ -232,9 +244,8 @@ pub struct Frontend {
     /// This shard's copy of the catalog and the version it was copied at.
     catalog: RefCell<(u64, Rc<Catalog>)>,
     next_tx: Cell<u64>,
-    /// Snapshots held by this shard's open blocks: timestamp → how many blocks hold it. Its
-    /// first key is what this shard publishes in `Shared::holds`.
-    held: RefCell<BTreeMap<Timestamp, u32>>,
+    /// Snapshots held by this shard's open blocks and results produced in chunks.
+    held: Rc<HeldSnapshots>,
     /// The shard's serving-layer metrics, resolved once (None off a shard).
     metrics: Option<Rc<shards::metrics::ShardMetrics>>,
 }
@@ -242,13 +253,18 @@ pub struct Frontend {
 impl Frontend {
     /// Runs on the shard's own thread, inside its executor (it starts the dispatcher's task).
     pub fn new(mesh: Mesh<Message>, shared: Arc<Shared>) -> Frontend {
+        let dispatcher = Dispatcher::new(mesh, shared.clone());
         Frontend {
             plans: RefCell::new(PlanCache::default()),
-            dispatcher: Dispatcher::new(mesh, shared.clone()),
             catalog: RefCell::new((shared.catalog_version(), Rc::new(shared.catalog_snapshot()))),
-            shared,
             next_tx: Cell::new(1),
-            held: RefCell::new(BTreeMap::new()),
+            held: Rc::new(HeldSnapshots {
+                shard: dispatcher.shard_id,
+                shared: shared.clone(),
+                held: RefCell::new(BTreeMap::new()),
+            }),
+            shared,
+            dispatcher,
             metrics: shards::metrics::current(),
         }
     }
@@ -275,36 +291,12 @@ impl Frontend {
     /// Hold a snapshot for a block starting now: the frontier this shard sees, published as
     /// held before it is used (see `oracle::Holds`). Returns the timestamp held.
     fn hold_snapshot(&self) -> Timestamp {
-        let shard = self.dispatcher.shard_id;
-        let counters = &self.dispatcher.counters;
-        let mut held = self.held.borrow_mut();
-        let oldest = held.keys().next().copied();
-        let mut ts = self.shared.frontiers.read(shard);
-        while !self.shared.holds.try_hold(shard, ts, oldest) {
-            // A compaction passed this timestamp between the load and the hold: the frontier
-            // is already past it.
-            Counters::bump(&counters.oracle_misses);
-            ts = self.shared.frontiers.read(shard);
-        }
-        *held.entry(ts).or_default() += 1;
-        ts
+        self.held.hold_frontier(&self.dispatcher.counters)
     }
 
     /// A block that held `ts` ended.
     fn release_snapshot(&self, ts: Timestamp) {
-        let mut held = self.held.borrow_mut();
-        let Some(count) = held.get_mut(&ts) else {
-            debug_assert!(false, "released a snapshot at {ts} that was not held");
-            return;
-        };
-        *count -= 1;
-        if *count == 0 {
-            held.remove(&ts);
-            let oldest = held.keys().next().copied();
-            self.shared
-                .holds
-                .release_to(self.dispatcher.shard_id, oldest);
-        }
+        self.held.release(ts);
     }
 
     /// The shard's dispatcher (a metrics endpoint gathers every shard's stats through it).
@@ -316,7 +308,7 @@ impl Frontend {
     fn local_stats(&self) -> ShardStats {
         let c = &self.dispatcher.counters;
         let (plan_cache_hits, plan_cache_misses) = self.plan_cache_stats();
-        let held = self.held.borrow();
+        let held = self.held.held.borrow();
         ShardStats {
             shard: self.dispatcher.shard_id,
             oracle_hits: c.oracle_hits.get(),
@@ -1010,6 +1002,95 @@ enum RowSink<'r> {
     },
 }
 
+/// The snapshots this shard holds (`oracle::Holds` slot `shard`): timestamp → how many
+/// holders (open blocks, results produced in chunks). Its first key is what the shard
+/// publishes. Shared (`Rc`) with the [`SnapshotHold`]s a portal keeps.
+struct HeldSnapshots {
+    shard: usize,
+    shared: Arc<Shared>,
+    held: RefCell<BTreeMap<Timestamp, u32>>,
+}
+
+impl HeldSnapshots {
+    /// Hold the frontier this shard sees, published as held before it is used; retaken if a
+    /// compaction passed it between the load and the hold. Returns the timestamp held.
+    fn hold_frontier(&self, counters: &Counters) -> Timestamp {
+        let mut held = self.held.borrow_mut();
+        let oldest = held.keys().next().copied();
+        let mut ts = self.shared.frontiers.read(self.shard);
+        while !self.shared.holds.try_hold(self.shard, ts, oldest) {
+            // A compaction passed this timestamp between the load and the hold: the frontier
+            // is already past it.
+            Counters::bump(&counters.oracle_misses);
+            ts = self.shared.frontiers.read(self.shard);
+        }
+        *held.entry(ts).or_default() += 1;
+        ts
+    }
+
+    /// Hold exactly `ts` (a timestamp just read at). False: the compute's compaction may
+    /// already have passed it, and nothing is held.
+    fn try_hold_at(&self, ts: Timestamp) -> bool {
+        let mut held = self.held.borrow_mut();
+        let oldest = held.keys().next().copied();
+        if !self.shared.holds.try_hold(self.shard, ts, oldest) {
+            // Put the slot back: a failed hold must not keep compaction (or a later block's
+            // hold, which would trust it) at `ts`.
+            self.shared.holds.release_to(self.shard, oldest);
+            return false;
+        }
+        *held.entry(ts).or_default() += 1;
+        true
+    }
+
+    /// One holder of `ts` is done with it.
+    fn release(&self, ts: Timestamp) {
+        let mut held = self.held.borrow_mut();
+        let Some(count) = held.get_mut(&ts) else {
+            debug_assert!(false, "released a snapshot at {ts} that was not held");
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            held.remove(&ts);
+            let oldest = held.keys().next().copied();
+            self.shared.holds.release_to(self.shard, oldest);
+        }
+    }
+}
+
+/// A snapshot held for a result produced in chunks (one statement's, or a suspended
+/// portal's); released when dropped, so a result that ends early — an error, a cancel, a
+/// client that went away, a portal closed unfinished — never leaks it.
+struct SnapshotHold {
+    holds: Rc<HeldSnapshots>,
+    ts: Timestamp,
+}
+
+impl SnapshotHold {
+    /// Hold exactly `ts`, or None (see [`HeldSnapshots::try_hold_at`]).
+    fn at(holds: &Rc<HeldSnapshots>, ts: Timestamp) -> Option<SnapshotHold> {
+        holds.try_hold_at(ts).then(|| SnapshotHold {
+            holds: holds.clone(),
+            ts,
+        })
+    }
+
+    /// Hold the shard's frontier.
+    fn frontier(holds: &Rc<HeldSnapshots>, counters: &Counters) -> SnapshotHold {
+        SnapshotHold {
+            holds: holds.clone(),
+            ts: holds.hold_frontier(counters),
+        }
+    }
+}
+
+impl Drop for SnapshotHold {
+    fn drop(&mut self) {
+        self.holds.release(self.ts);
+    }
+}
+
 impl Frontend {
     /// Run one planned statement of a simple Query: RowDescription first (if it returns rows),
     /// then its rows and CommandComplete. If it fails, none of its output is sent.
@@ -1089,6 +1170,54 @@ impl Frontend {
         Ok(if commit { "COMMIT" } else { "ROLLBACK" })
     }
 
+    /// The first table statement of a block fixes (or, when serializable, bounds) its
+    /// snapshot, and holds it against compaction until the block ends.
+    fn begin_block(&self, session: &mut Session, in_block: bool) {
+        if in_block && session.block.is_none() {
+            let hold = self.hold_snapshot();
+            let snapshot = match session.settings.isolation() {
+                Isolation::StrictSerializable => {
+                    Counters::bump(&self.dispatcher.counters.oracle_hits);
+                    Some(hold)
+                }
+                Isolation::Serializable => None,
+            };
+            session.block = Some(Block {
+                snapshot,
+                hold,
+                tx: self.new_tx(),
+                wrote: false,
+            });
+        }
+    }
+
+    /// What a SELECT starting now reads: its block's snapshot (and intents, once the block
+    /// wrote), or outside a block the shard's frontier (strict) or the latest commit
+    /// (serializable).
+    fn select_read(&self, session: &Session) -> ReadSpec {
+        let counters = &self.dispatcher.counters;
+        let read = match session.block {
+            Some(b) => ReadSpec {
+                at: b.snapshot.map_or(ReadAt::Latest, ReadAt::Snapshot),
+                tx: b.wrote.then_some(b.tx),
+            },
+            None => ReadSpec {
+                at: match session.settings.isolation() {
+                    Isolation::StrictSerializable => {
+                        Counters::bump(&counters.oracle_hits);
+                        ReadAt::Frontier(self.shared.frontiers.read(self.dispatcher.shard_id))
+                    }
+                    Isolation::Serializable => ReadAt::Latest,
+                },
+                tx: None,
+            },
+        };
+        if read.at == ReadAt::Latest {
+            Counters::bump(&counters.latest_reads);
+        }
+        read
+    }
+
     /// Run a statement over tables at the compute. Returns the row count for statements whose
     /// tag carries one (SELECT, INSERT/UPDATE/DELETE), None when it wrote its own tag.
     ///
@@ -1104,62 +1233,34 @@ impl Frontend {
         mark: usize,
     ) -> Result<Option<u64>, PgError> {
         let in_block = *cx.tx != TransactionStatus::Idle;
+        let can_flush = cx.can_flush();
         let session = &mut *cx.session;
         session.statement_timestamp_us = now_pg_us();
-        let isolation = session.settings.isolation();
-        let counters = &self.dispatcher.counters;
         if written_table(plan).is_some_and(stats::is_virtual) {
             return Err(PgError::new(
                 SqlState::FEATURE_NOT_SUPPORTED,
                 "the ringwire.* relations are read-only",
             ));
         }
-        // The first table statement of a block fixes (or, when serializable, bounds) its
-        // snapshot, and holds it against compaction until the block ends.
-        if in_block && session.block.is_none() {
-            let hold = self.hold_snapshot();
-            let snapshot = match isolation {
-                Isolation::StrictSerializable => {
-                    Counters::bump(&counters.oracle_hits);
-                    Some(hold)
-                }
-                Isolation::Serializable => None,
-            };
-            session.block = Some(Block {
-                snapshot,
-                hold,
-                tx: self.new_tx(),
-                wrote: false,
-            });
-        }
+        self.begin_block(session, in_block);
         let (formats, mut encoded): (&[Format], Option<&mut Vec<u8>>) = match sink {
             RowSink::Write { formats } => (formats, None),
             RowSink::Encoded { buf, formats } => (formats, Some(buf)),
         };
         let answer = match &**plan {
             TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. } => {
-                let read = match session.block {
-                    Some(b) => ReadSpec {
-                        at: b.snapshot.map_or(ReadAt::Latest, ReadAt::Snapshot),
-                        tx: b.wrote.then_some(b.tx),
-                    },
-                    None => ReadSpec {
-                        at: match isolation {
-                            Isolation::StrictSerializable => {
-                                Counters::bump(&counters.oracle_hits);
-                                ReadAt::Frontier(
-                                    self.shared.frontiers.read(self.dispatcher.shard_id),
-                                )
-                            }
-                            Isolation::Serializable => ReadAt::Latest,
-                        },
-                        tx: None,
-                    },
-                };
-                if read.at == ReadAt::Latest {
-                    Counters::bump(&counters.latest_reads);
-                }
+                let read = self.select_read(session);
                 let copy = matches!(&**plan, TablePlan::CopyTo { .. });
+                // A result that can come in chunks does, when the connection lent its socket
+                // and the rows go straight to it: each chunk is flushed (waiting while the
+                // client does not read) before the next is produced.
+                let gathered =
+                    stats::is_gathered(select.table) || select.table == stats::TABLE_STATS_ID;
+                let mut cursor = (!gathered
+                    && (encoded.is_none() || copy)
+                    && can_flush
+                    && exec::streams(select))
+                .then(ScanCursor::default);
                 if copy {
                     // PostgreSQL's CopyOutResponse says "text" (0) for CSV too.
                     backend::write_copy_response(cx.out, b'H', Format::Text, select.columns.len());
@@ -1170,43 +1271,35 @@ impl Frontend {
                     Some(buf) if !copy => buf,
                     _ => &mut *cx.out,
                 };
+                let rows_from = target.len();
                 // (rows, the timestamp read at; None for the counters, which are not versioned)
-                let peeked = if stats::is_gathered(select.table) {
+                let peeked = if gathered && stats::is_gathered(select.table) {
                     self.shard_stats(session, plan, params, formats, target)
                         .await
                         .map(|n| (n, None))
-                } else if let Some(compute) = &self.dispatcher.compute {
-                    Counters::bump(&counters.direct_requests);
-                    session.refresh_peek_session();
-                    let info = StatementSession {
-                        session: &session.peek_session,
-                        statement_timestamp_us: session.statement_timestamp_us,
-                    };
-                    compute
-                        .peek_into(plan, params, read, &info, formats, target)
-                        .map(|(n, ts)| (n, Some(ts)))
-                } else if let Some(local) = self
-                    .replica_read(session, plan, params, read, formats, target)
-                    .await
-                {
-                    local.map(|(n, ts)| (n, Some(ts)))
                 } else {
-                    let request = Request::Peek {
-                        plan: plan.clone(),
-                        params: params.iter().cloned().collect(),
+                    self.peek_chunk(
+                        session,
+                        plan,
+                        params,
                         read,
-                        session: session.peek_session(),
-                        statement_timestamp_us: session.statement_timestamp_us,
-                        formats: formats.iter().copied().collect(),
-                        rows: self.dispatcher.rows_buffer(),
-                    };
-                    self.dispatcher.call(request).await.map(|answer| {
-                        target.extend_from_slice(&answer.rows);
-                        let done = (answer.count, Some(answer.ts));
-                        self.dispatcher.recycle_rows(answer.rows);
-                        done
-                    })
+                        formats,
+                        target,
+                        cursor.as_mut(),
+                    )
+                    .await
+                    .map(|(n, ts)| (n, Some(ts)))
                 };
+                let peeked = match (peeked, cursor) {
+                    (Ok((n, Some(ts))), Some(c)) if !c.done => {
+                        let first = (n, ts, rows_from);
+                        self.stream_rest(cx, plan, params, read, formats, c, first)
+                            .await
+                            .map(|(n, ts)| (n, Some(ts)))
+                    }
+                    (peeked, _) => peeked,
+                };
+                let session = &mut *cx.session;
                 let (count, ts) = peeked.inspect_err(|_| cx.out.truncate(mark))?;
                 if let (Some(block), Some(ts)) = (session.block.as_mut(), ts) {
                     if block.snapshot.is_none() {
@@ -1301,9 +1394,272 @@ impl Frontend {
         Ok(None)
     }
 
+    /// One peek of a SELECT (or COPY TO) plan, wherever it can run: the compute when it is on
+    /// this shard (a function call), else this shard's replica when it may serve the read,
+    /// else a request to the compute. With `chunk`, one chunk of a result produced in chunks
+    /// (all three places run the same resumable scan over the same row ids).
+    #[allow(clippy::too_many_arguments)]
+    async fn peek_chunk(
+        &self,
+        session: &mut Session,
+        plan: &Arc<TablePlan>,
+        params: &[Value],
+        read: ReadSpec,
+        formats: &[Format],
+        target: &mut Vec<u8>,
+        chunk: Option<&mut ScanCursor>,
+    ) -> Result<(u64, Timestamp), PgError> {
+        let counters = &self.dispatcher.counters;
+        if let Some(compute) = &self.dispatcher.compute {
+            Counters::bump(&counters.direct_requests);
+            session.refresh_peek_session();
+            let info = StatementSession {
+                session: &session.peek_session,
+                statement_timestamp_us: session.statement_timestamp_us,
+            };
+            return compute.peek_into(plan, params, read, &info, formats, target, chunk);
+        }
+        let mut chunk = chunk;
+        if let Some(local) = self
+            .replica_read(
+                session,
+                plan,
+                params,
+                read,
+                formats,
+                target,
+                chunk.as_deref_mut(),
+            )
+            .await
+        {
+            return local;
+        }
+        let request = Request::Peek {
+            plan: plan.clone(),
+            params: params.iter().cloned().collect(),
+            read,
+            session: session.peek_session(),
+            statement_timestamp_us: session.statement_timestamp_us,
+            formats: formats.iter().copied().collect(),
+            rows: self.dispatcher.rows_buffer(),
+            cursor: chunk.as_deref().copied(),
+        };
+        let answer = self.dispatcher.call(request).await?;
+        target.extend_from_slice(&answer.rows);
+        if let (Some(c), Some(after)) = (chunk, answer.cursor) {
+            *c = after;
+        }
+        let done = (answer.count, answer.ts);
+        self.dispatcher.recycle_rows(answer.rows);
+        Ok(done)
+    }
+
+    /// The rest of a result whose first chunk (`first`: its row count, the timestamp it read
+    /// at, where its rows start in `cx.out`) did not finish it: hold that timestamp against
+    /// compaction, then send each chunk before producing the next, so the statement holds at
+    /// most one chunk however slowly its client reads. Returns the row count of the whole
+    /// result and the timestamp it read at.
+    ///
+    /// The hold is taken after the first chunk so that results that fit in one chunk (nearly
+    /// all) never take one. If compaction passed `ts` meanwhile (the first chunk travelled
+    /// back from another shard's compute while it compacted), the first chunk is dropped,
+    /// unsent, and the result starts over at a held snapshot of the frontier — a state current
+    /// while the statement runs, so reads stay strict serializable. Between chunks the
+    /// statement yields to the shard's other tasks and ends with 57014 if cancelled or timed
+    /// out. The hold is released when the statement ends in any way, the future being dropped
+    /// included (`SnapshotHold`).
+    #[allow(clippy::too_many_arguments)]
+    async fn stream_rest(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        plan: &Arc<TablePlan>,
+        params: &[Value],
+        read: ReadSpec,
+        formats: &[Format],
+        mut cursor: ScanCursor,
+        first: (u64, Timestamp, usize),
+    ) -> Result<(u64, Timestamp), PgError> {
+        let (mut count, ts, rows_from) = first;
+        let (hold, ts) = match SnapshotHold::at(&self.held, ts) {
+            Some(hold) => (hold, ts),
+            None => {
+                cx.out.truncate(rows_from);
+                count = 0;
+                let hold = SnapshotHold::frontier(&self.held, &self.dispatcher.counters);
+                cursor = ScanCursor::default();
+                let again = ReadSpec {
+                    at: ReadAt::Snapshot(hold.ts),
+                    tx: read.tx,
+                };
+                let (n, _) = self
+                    .peek_chunk(
+                        cx.session,
+                        plan,
+                        params,
+                        again,
+                        formats,
+                        cx.out,
+                        Some(&mut cursor),
+                    )
+                    .await?;
+                count += n;
+                let ts = hold.ts;
+                (hold, ts)
+            }
+        };
+        let at = ReadSpec {
+            at: ReadAt::Snapshot(ts),
+            tx: read.tx,
+        };
+        while !cursor.done {
+            cx.flush_out().await?;
+            futures_lite::future::yield_now().await;
+            cx.cancel.check()?;
+            let (n, _) = self
+                .peek_chunk(
+                    cx.session,
+                    plan,
+                    params,
+                    at,
+                    formats,
+                    cx.out,
+                    Some(&mut cursor),
+                )
+                .await?;
+            count += n;
+        }
+        drop(hold);
+        Ok((count, ts))
+    }
+
+    /// The table plan a prepared statement runs (its folded form once Bind folded it).
+    fn table_plan(prepared: &Prepared) -> Result<Option<&Arc<TablePlan>>, PgError> {
+        let Plan::Table(planned) = &prepared.plan else {
+            return Ok(None);
+        };
+        Ok(Some(match prepared.folded.get() {
+            Some(Ok(Folded::Table(folded))) => folded,
+            Some(Err(e)) => return Err(e.clone()),
+            _ => planned,
+        }))
+    }
+
+    /// Whether a portal executed with a row limit can resume a scan across Executes instead
+    /// of materializing its result: a plain SELECT that streams, on a connection that lent its
+    /// socket, and not in a block that wrote (its intents would change under the portal,
+    /// which must keep seeing the state it started at, as PostgreSQL's portals do).
+    fn portal_streams(&self, cx: &Cx<'_, Self>, prepared: &Prepared) -> bool {
+        let Ok(Some(plan)) = Self::table_plan(prepared) else {
+            return false;
+        };
+        let TablePlan::Select(select) = &**plan else {
+            return false;
+        };
+        cx.can_flush()
+            && *cx.tx != TransactionStatus::Failed
+            && !stats::is_gathered(select.table)
+            && select.table != stats::TABLE_STATS_ID
+            && exec::streams(select)
+            && cx.session.block.is_none_or(|b| !b.wrote)
+    }
+
+    /// Execute a portal that resumes its scan (`portal_streams`) for at most `max_rows` rows
+    /// (0: the rest).
+    /// Like PostgreSQL, it suspends whenever the row limit is reached without looking ahead,
+    /// so a portal whose last row was just sent completes on the next Execute with
+    /// "SELECT 0".
+    async fn execute_scan(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        portal: &mut Portal,
+        max_rows: u32,
+    ) -> Result<Execution, PgError> {
+        if *cx.tx == TransactionStatus::Failed {
+            return Err(aborted());
+        }
+        let statement = portal.statement.clone();
+        let plan = Self::table_plan(&statement)?
+            .expect("portal_streams checked the plan")
+            .clone();
+        if portal.scan.is_none() {
+            let in_block = *cx.tx != TransactionStatus::Idle;
+            cx.session.statement_timestamp_us = now_pg_us();
+            self.begin_block(cx.session, in_block);
+            let read = self.select_read(cx.session);
+            portal.scan = Some(PortalScan {
+                cursor: ScanCursor::default(),
+                read,
+                hold: None,
+            });
+        }
+        let scan = portal.scan.as_mut().expect("set above");
+        let from = scan.cursor.produced;
+        let pause_at = if max_rows == 0 {
+            u64::MAX
+        } else {
+            from + u64::from(max_rows)
+        };
+        scan.cursor.pause_at = (max_rows != 0).then_some(pause_at);
+        let mark = cx.out.len();
+        while !scan.cursor.done && scan.cursor.produced < pause_at {
+            let (_, ts) = self
+                .peek_chunk(
+                    cx.session,
+                    &plan,
+                    &portal.params,
+                    scan.read,
+                    &portal.formats,
+                    cx.out,
+                    Some(&mut scan.cursor),
+                )
+                .await?;
+            if let Some(block) = cx.session.block.as_mut() {
+                if block.snapshot.is_none() {
+                    // A serializable block's first read: it keeps the timestamp it got.
+                    block.snapshot = Some(ts);
+                }
+            }
+            if scan.hold.is_none() && !scan.cursor.done {
+                // More rows to come, in this Execute or a later one: hold what they read.
+                if let Some(hold) = SnapshotHold::at(&self.held, ts) {
+                    scan.hold = Some(hold);
+                    scan.read.at = ReadAt::Snapshot(ts);
+                } else {
+                    // Compaction passed `ts` before the hold (only after the portal's first
+                    // chunk, before anything was sent): start over at a held frontier.
+                    debug_assert_eq!(from, 0, "a portal resumed without its hold");
+                    cx.out.truncate(mark);
+                    let hold = SnapshotHold::frontier(&self.held, &self.dispatcher.counters);
+                    scan.read.at = ReadAt::Snapshot(hold.ts);
+                    scan.hold = Some(hold);
+                    scan.cursor = ScanCursor {
+                        pause_at: (max_rows != 0).then_some(pause_at),
+                        ..ScanCursor::default()
+                    };
+                    continue;
+                }
+            }
+            if scan.cursor.done || scan.cursor.produced == pause_at {
+                break;
+            }
+            cx.flush_out().await?;
+            futures_lite::future::yield_now().await;
+            cx.cancel.check()?;
+        }
+        let sent = scan.cursor.produced - from;
+        if max_rows != 0 && sent == u64::from(max_rows) {
+            return Ok(Execution::Suspended);
+        }
+        scan.hold = None;
+        portal.done = true;
+        write_select_tag(cx.out, &statement.plan, sent);
+        Ok(Execution::Complete)
+    }
+
     /// A read served by this shard's replica, when there is one and it provably holds (or,
     /// once caught up, will hold) what the read must see (`crate::replica`): no message, rows
     /// written straight into `out`. None: the read goes to the compute.
+    #[allow(clippy::too_many_arguments)]
     async fn replica_read(
         &self,
         session: &mut Session,
@@ -1312,6 +1668,7 @@ impl Frontend {
         read: ReadSpec,
         formats: &[Format],
         out: &mut Vec<u8>,
+        chunk: Option<&mut ScanCursor>,
     ) -> Option<Result<(u64, Timestamp), PgError>> {
         self.dispatcher.replica.as_ref()?;
         session.refresh_peek_session();
@@ -1320,7 +1677,7 @@ impl Frontend {
             statement_timestamp_us: session.statement_timestamp_us,
         };
         self.dispatcher
-            .replica_peek(plan, params, read, &info, formats, out)
+            .replica_peek(plan, params, read, &info, formats, out, chunk)
             .await
     }
 
@@ -1370,8 +1727,17 @@ impl Frontend {
             statement_timestamp_us: session.statement_timestamp_us,
         };
         let mark = out.len();
-        dispatch::run_select(&table, plan, params, View::LATEST, &info, formats, out)
-            .inspect_err(|_| out.truncate(mark))
+        dispatch::run_select(
+            &table,
+            plan,
+            params,
+            View::LATEST,
+            &info,
+            formats,
+            out,
+            None,
+        )
+        .inspect_err(|_| out.truncate(mark))
     }
 
     /// Run a planned statement to completion (rows included), writing everything but the
@@ -2035,6 +2401,7 @@ impl Engine for Frontend {
             formats,
             rows: None,
             next_byte: 0,
+            scan: None,
             done: false,
         })
     }
@@ -2061,6 +2428,9 @@ impl Engine for Frontend {
             return Ok(Execution::Complete);
         }
         let statement = portal.statement.clone();
+        if portal.scan.is_some() {
+            return self.execute_scan(cx, portal, max_rows).await;
+        }
         if portal.rows.is_none() {
             if max_rows == 0 || statement.columns.is_empty() {
                 // All rows in one go: encode them straight into the write buffer.
@@ -2073,6 +2443,9 @@ impl Engine for Frontend {
                     write_select_tag(cx.out, &statement.plan, n);
                 }
                 return Ok(Execution::Complete);
+            }
+            if self.portal_streams(cx, &statement) {
+                return self.execute_scan(cx, portal, max_rows).await;
             }
             let mut buf = Vec::new();
             let sink = RowSink::Encoded {

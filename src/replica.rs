@@ -38,6 +38,7 @@ use std::sync::Arc;
 use protocol::types::Value;
 use protocol::{Format, PgError};
 
+use crate::compute::exec::ScanCursor;
 use crate::compute::storage::{RowId, Table, View};
 use crate::compute::{TableId, Timestamp};
 use crate::dispatch::{
@@ -257,6 +258,7 @@ impl Replica {
         session: &dyn SessionInfo,
         formats: &[Format],
         out: &mut Vec<u8>,
+        chunk: Option<&mut ScanCursor>,
     ) -> Result<Result<(u64, Timestamp), PgError>, Fallback> {
         let (TablePlan::Select(select) | TablePlan::CopyTo { source: select, .. }) = plan else {
             return Err(Fallback::NotReplicated);
@@ -290,7 +292,7 @@ impl Replica {
         let mark = out.len();
         let view = View { ts, tx: None };
         Ok(
-            match run_select(table, plan, params, view, session, formats, out) {
+            match run_select(table, plan, params, view, session, formats, out, chunk) {
                 Ok(count) => Ok((count, ts)),
                 Err(e) => {
                     out.truncate(mark);

@@ -119,6 +119,7 @@ macro_rules! inner_cx {
             statements: &mut *$cx.statements,
             close_all_portals: &mut *$cx.close_all_portals,
             copy_in: &mut *$cx.copy_in,
+            client: $cx.client.as_mut().map(|c| c.reborrow()),
         }
     };
 }

@@ -3,7 +3,9 @@
 //! The state machine never calls the socket directly: it reads through [`ReadBuf::fill`] and
 //! writes by appending to `out`, which the loop flushes once per batch — when every complete
 //! message in the read buffer has been handled (so a pipeline of Bind/Execute/Sync costs one
-//! write), or earlier if `out` grows past [`FLUSH_BYTES`]. The transport is any
+//! write), or earlier if `out` grows past [`FLUSH_BYTES`]. A statement (Query, Execute) is
+//! lent the socket through [`Cx::client`] so a large result can go out in chunks while it
+//! runs. The transport is any
 //! `AsyncRead + AsyncWrite`, so the io_uring path can replace glommio's stream underneath.
 //!
 //! States: `tls::negotiate` (with TLS on: SSLRequest answered `S` and the handshake, or
@@ -26,7 +28,7 @@ use protocol::{PgError, Severity, SqlState};
 
 use crate::auth::{authenticate, Client};
 use crate::engine::{
-    no_statement, CancelToken, ConnInfo, Cx, Engine, Execution, SessionStart, Statements,
+    no_statement, CancelToken, ClientOut, ConnInfo, Cx, Engine, Execution, SessionStart, Statements,
 };
 use crate::limits;
 use crate::metrics::{kind_of_reply, Protocol};
@@ -381,6 +383,9 @@ pub(crate) struct Conn<E: Engine> {
 /// Borrow the disjoint pieces of a connection an engine call needs.
 macro_rules! cx {
     ($self:ident, $out:expr) => {
+        cx!($self, $out, None)
+    };
+    ($self:ident, $out:expr, $client:expr) => {
         Cx {
             session: &mut $self.session,
             out: $out,
@@ -391,6 +396,7 @@ macro_rules! cx {
             statements: &mut $self.statements,
             close_all_portals: &mut $self.close_all_portals,
             copy_in: &mut $self.copy_in_started,
+            client: $client,
         }
     };
 }
@@ -454,7 +460,7 @@ impl<E: Engine> Conn<E> {
                 let reply_from = out.len();
                 let flow = match FrontendMessage::parse(frame) {
                     Ok(msg) => {
-                        let flow = self.handle(msg, &mut out).await;
+                        let flow = self.handle(msg, &mut out, stream).await;
                         if let (Some(protocol), Some(since)) = (statement, mark) {
                             let now = Instant::now();
                             let kind = kind_of_reply(&out, reply_from);
@@ -683,11 +689,14 @@ impl<E: Engine> Conn<E> {
         self.arena.reset();
     }
 
-    /// Handle one message. `Err` is fatal for the connection.
-    async fn handle(
+    /// Handle one message. `Err` is fatal for the connection. `stream` is lent to the engine
+    /// for statements (Query, Execute), which may send part of a large result early
+    /// ([`Cx::flush_out`]); everything else only appends to `out`.
+    async fn handle<S: AsyncWrite + Unpin>(
         &mut self,
         msg: FrontendMessage<'_>,
         out: &mut Vec<u8>,
+        stream: &mut S,
     ) -> Result<Flow, PgError> {
         if self.skip_until_sync {
             match msg {
@@ -714,7 +723,8 @@ impl<E: Engine> Conn<E> {
                 self.cancel.reset();
                 let timeout_ms = engine.timeouts(&self.session).statement_ms;
                 let cancel = &self.cancel;
-                let mut cx = cx!(self, out);
+                let client = ClientOut::new(stream, Some(&self.shard.metrics));
+                let mut cx = cx!(self, out, Some(client));
                 let query = engine.simple_query(&mut cx, sql);
                 match limits::with_statement_timeout(query, timeout_ms, cancel).await {
                     // COPY FROM STDIN: ReadyForQuery waits until the data is in.
@@ -801,6 +811,7 @@ impl<E: Engine> Conn<E> {
                     statements: &mut self.statements,
                     close_all_portals: &mut self.close_all_portals,
                     copy_in: &mut self.copy_in_started,
+                    client: Some(ClientOut::new(stream, Some(&self.shard.metrics))),
                 };
                 let execution = engine.execute(&mut cx, p, max_rows);
                 match limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await {

@@ -110,6 +110,71 @@ pub struct Cx<'a, E: Engine + ?Sized> {
     /// Set by a simple Query that wrote CopyInResponse: the state machine collects CopyData
     /// until CopyDone/CopyFail, then calls [`Engine::copy_in_done`].
     pub copy_in: &'a mut bool,
+    /// The connection's socket, lent to a statement (simple Query, Execute) so that a large
+    /// result goes out in bounded pieces: [`Cx::flush_out`]. None where the state machine
+    /// cannot lend it (COPY FROM's end, Parse, Bind); the statement then buffers.
+    pub client: Option<ClientOut<'a>>,
+}
+
+/// The connection's socket as a statement sees it: it can only write whole messages already
+/// in `out` (see [`Cx::flush_out`]).
+pub struct ClientOut<'a> {
+    stream: &'a mut (dyn futures_lite::AsyncWrite + Unpin + 'a),
+    metrics: Option<&'a crate::metrics::ShardMetrics>,
+}
+
+impl<'a> ClientOut<'a> {
+    pub fn new(
+        stream: &'a mut (dyn futures_lite::AsyncWrite + Unpin + 'a),
+        metrics: Option<&'a crate::metrics::ShardMetrics>,
+    ) -> ClientOut<'a> {
+        ClientOut { stream, metrics }
+    }
+
+    /// The same socket for a shorter borrow (to build a `Cx` for an inner engine).
+    pub fn reborrow(&mut self) -> ClientOut<'_> {
+        ClientOut {
+            stream: &mut *self.stream,
+            metrics: self.metrics,
+        }
+    }
+}
+
+impl<E: Engine + ?Sized> Cx<'_, E> {
+    /// Whether [`Cx::flush_out`] can send anything (the state machine lent the socket).
+    pub fn can_flush(&self) -> bool {
+        self.client.is_some()
+    }
+
+    /// Send everything in `out` to the client now and empty it, waiting while the client does
+    /// not read (the socket path bounds what it buffers: that wait is the backpressure a
+    /// statement producing a large result in pieces relies on). `out` must hold only whole
+    /// messages. Ok(false): no socket was lent, `out` is untouched. A failed write (the client
+    /// went away) is a FATAL 08006, which ends the connection.
+    pub async fn flush_out(&mut self) -> Result<bool, PgError> {
+        use futures_lite::AsyncWriteExt;
+        let Some(client) = self.client.as_mut() else {
+            return Ok(false);
+        };
+        if self.out.is_empty() {
+            return Ok(true);
+        }
+        if let Some(m) = client.metrics {
+            m.record_bytes_out(self.out.len());
+        }
+        let written = client.stream.write_all(self.out).await;
+        self.out.clear();
+        let flushed = match written {
+            Ok(()) => client.stream.flush().await,
+            Err(e) => Err(e),
+        };
+        flushed.map(|()| true).map_err(|e| {
+            PgError::fatal(
+                SqlState::CONNECTION_FAILURE,
+                format!("could not send data to client: {e}"),
+            )
+        })
+    }
 }
 
 /// Per-shard SQL engine. `async fn` in this trait is deliberate: futures stay on the shard and

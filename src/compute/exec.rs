@@ -374,6 +374,134 @@ pub fn select(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Resumable scans (a large result produced in chunks)
+// ---------------------------------------------------------------------------------------------
+
+/// At most this many rows are visited per chunk, however few pass the filter, so one chunk of
+/// a selective scan over a large table cannot hold the shard for long either.
+pub const CHUNK_ROWS_VISITED: u32 = 64 * 1024;
+
+/// Where a SELECT produced in chunks ([`select_chunk`]) stands between them. Plain data: it
+/// travels inside a peek request to another shard's compute and back, so the compute keeps
+/// nothing per statement (a client that vanishes mid-result leaves nothing behind there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanCursor {
+    /// The row id the next chunk starts at.
+    pub next: RowId,
+    /// OFFSET rows skipped so far.
+    pub skipped: u64,
+    /// Result rows produced so far (for LIMIT and the command tag).
+    pub produced: u64,
+    /// The table's [`Table::incarnation`] the first chunk read; 0 before it.
+    pub incarnation: u64,
+    /// Pause once `produced` reaches this (a portal's Execute with a row limit).
+    pub pause_at: Option<u64>,
+    /// The result is complete.
+    pub done: bool,
+}
+
+impl ScanCursor {
+    /// No chunk produced yet.
+    pub fn is_fresh(&self) -> bool {
+        self.incarnation == 0
+    }
+}
+
+/// Whether `plan`'s result can be produced in chunks: a scan in row-id order whose rows go
+/// out as they are found. Aggregation, DISTINCT and ORDER BY must see every row before the
+/// first goes out (PostgreSQL materializes those too, in memory or on disk); LIMIT and OFFSET
+/// stream. Index access paths are not resumable (yet) and produce their result whole.
+pub fn streams(plan: &SelectPlan) -> bool {
+    matches!(plan.access, Access::Scan)
+        && plan.aggregate.is_none()
+        && !plan.distinct
+        && plan.order_by.is_empty()
+}
+
+/// Receives each row of a chunk; `Break` pauses the chunk after that row.
+pub type ChunkSink<'f> = dyn FnMut(&[Value]) -> Result<ControlFlow<()>, PgError> + 'f;
+
+/// DDL rebuilt the table (renumbering its rows) while a statement read it in chunks.
+/// PostgreSQL would have made the DDL wait for the reader; here the reader fails, with the
+/// SQLSTATE clients retry.
+fn rebuilt_under_scan(table: &Table) -> PgError {
+    PgError::new(
+        SqlState(*b"40001"),
+        format!(
+            "could not continue reading table \"{}\": it was altered during the statement",
+            table.def().name
+        ),
+    )
+}
+
+/// One chunk of a [`streams`] plan at `view`, resuming at `cursor`: rows go to `out` until it
+/// asks for a pause (`Break`, after the row it was given), the cursor's `pause_at` row count
+/// is reached, [`CHUNK_ROWS_VISITED`] rows were
+/// visited, or the result ends (`cursor.done`). Every chunk must read at the same `view`,
+/// held against compaction (see [`Table::scan_from`] for why the rows then come out exactly
+/// as one pass would give them). Returns the rows produced by this chunk.
+pub fn select_chunk(
+    table: &Table,
+    plan: &SelectPlan,
+    params: &[Value],
+    view: View,
+    session: &dyn SessionInfo,
+    cursor: &mut ScanCursor,
+    out: &mut ChunkSink,
+) -> Result<u64, PgError> {
+    debug_assert!(
+        streams(plan),
+        "select_chunk of a plan that must materialize"
+    );
+    debug_assert!(!cursor.done, "chunk asked of a finished scan");
+    debug_assert_eq!(plan.table, table.def().id, "plan for another table");
+    if cursor.is_fresh() {
+        cursor.incarnation = table.incarnation();
+    } else if cursor.incarnation != table.incarnation() {
+        return Err(rebuilt_under_scan(table));
+    }
+    let (offset, limit) = eval_limits(plan, params, session)?;
+    let before = cursor.produced;
+    if Some(cursor.produced) == cursor.pause_at {
+        return Ok(0);
+    }
+    if limit.is_some_and(|l| cursor.produced >= l) {
+        cursor.done = true;
+        return Ok(0);
+    }
+    let visible = plan.columns.len();
+    let mut proj = RowBuf::new();
+    for (visited, (rid, row)) in table.scan_from(view, cursor.next).enumerate() {
+        if visited == CHUNK_ROWS_VISITED as usize {
+            cursor.next = rid;
+            return Ok(cursor.produced - before);
+        }
+        if !passes(plan.filter.as_ref(), params, row, session)? {
+            continue;
+        }
+        proj.clear();
+        for e in &plan.projection {
+            proj.push(eval(e, params, row, session)?);
+        }
+        if cursor.skipped < offset {
+            cursor.skipped += 1;
+            continue;
+        }
+        let flow = out(&proj[..visible])?;
+        cursor.produced += 1;
+        if Some(cursor.produced) == limit {
+            break;
+        }
+        if flow.is_break() || Some(cursor.produced) == cursor.pause_at {
+            cursor.next = rid + 1;
+            return Ok(cursor.produced - before);
+        }
+    }
+    cursor.done = true;
+    Ok(cursor.produced - before)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Aggregation
 // ---------------------------------------------------------------------------------------------
 

@@ -523,7 +523,14 @@ pub struct Table {
     txs: Vec<(TxId, TxState)>,
     /// Rows that may hold versions compaction can drop.
     compact_queue: Vec<RowId>,
+    /// Which build of the table this is: new for every [`Table::new`] (so a rebuild by DDL,
+    /// which renumbers rows), kept by [`Table::committed_copy`] (a replica's copy has the
+    /// compute's row ids). A scan resumed at a row id checks it (`exec::ScanCursor`).
+    incarnation: u64,
 }
+
+/// Source of [`Table::incarnation`]s, process-wide so the compute's and the replicas' agree.
+static INCARNATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Table {
     /// An empty table.
@@ -553,7 +560,13 @@ impl Table {
             indexes,
             txs: Vec::new(),
             compact_queue: Vec::new(),
+            incarnation: INCARNATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// Which build of the table this is (see the field).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     pub fn def(&self) -> &TableDef {
@@ -594,6 +607,23 @@ impl Table {
             .iter()
             .enumerate()
             .filter_map(move |(i, c)| c.visible(view).map(|row| (i as RowId, row)))
+    }
+
+    /// Every row visible at `view` with a row id at or above `from`, in slot order. A scan
+    /// resumed here under a held snapshot yields exactly the rest of what one pass would:
+    /// a row visible at the snapshot keeps its slot while it has any version (compaction
+    /// below a held timestamp keeps the version visible there), and a slot freed and reused
+    /// meanwhile holds a row committed after the snapshot, which the view does not see.
+    pub fn scan_from(
+        &self,
+        view: View,
+        from: RowId,
+    ) -> impl Iterator<Item = (RowId, &[Value])> + '_ {
+        let from = (from as usize).min(self.rows.len());
+        self.rows[from..]
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, c)| c.visible(view).map(|row| ((from + i) as RowId, row)))
     }
 
     /// Rows visible at `view` whose key in `index` equals `key` (one value per index column).
@@ -1183,6 +1213,7 @@ impl Table {
             has_primary: self.has_primary,
             txs: Vec::new(),
             compact_queue: self.compact_queue.clone(),
+            incarnation: self.incarnation,
         };
         for rid in 0..copy.rows.len() {
             let chain = &mut copy.rows[rid];
