@@ -250,6 +250,54 @@ pub enum TxControl {
     Unsure,
 }
 
+/// Whether `sql` is certainly one autocommit statement that leaves nothing behind on its
+/// connection, so it may share an upstream connection with other clients' statements (the
+/// pipelining of `session.rs`): one statement, starting with SELECT, VALUES, TABLE, WITH,
+/// INSERT, UPDATE or DELETE, that [`classify`] finds stateless (no SET, no advisory lock, no
+/// `set_config`), with no transaction control (so its ReadyForQuery says `I`), and without the
+/// words that could create session state through a statement of these kinds (`temp`/
+/// `temporary` in `SELECT … INTO TEMP`, `into` at all for the read-only kinds, `listen`,
+/// `notify`, `prepare`, `declare`, `copy`). Allocation-free. Anything doubtful is `false`: it
+/// costs one batch the shared connection, never another client's correctness.
+pub fn autocommit_only(sql: &str) -> bool {
+    if !plainly_stateless(sql) || unbalanced_quotes(sql) || sql.contains('\\') {
+        return false;
+    }
+    let mut statements = 0;
+    for_each_statement(sql, |_| statements += 1);
+    if statements != 1 {
+        return false;
+    }
+    let mut first = true;
+    let mut ok = true;
+    let mut reads = false;
+    for_each_word(sql, |word, _| {
+        let is = |list: &[&str]| list.iter().any(|w| word.eq_ignore_ascii_case(w));
+        if first {
+            first = false;
+            reads = is(&["select", "values", "table", "with"]);
+            ok = reads || is(&["insert", "update", "delete"]);
+        } else if is(&[
+            "temp",
+            "temporary",
+            "listen",
+            "notify",
+            "prepare",
+            "declare",
+            "copy",
+            "begin",
+            "commit",
+            "rollback",
+            "savepoint",
+        ]) || (reads && word.eq_ignore_ascii_case("into"))
+        {
+            ok = false;
+        }
+        ok
+    });
+    ok && !first
+}
+
 pub fn route(sql: &str) -> Route {
     let read_only = read_only(sql);
     if !read_only && unbalanced_quotes(sql) {

@@ -14,6 +14,7 @@
 
 mod classify;
 pub mod client;
+mod pipe;
 mod pool;
 mod replica;
 mod session;
@@ -54,6 +55,9 @@ pub struct Upstreams {
     /// covered too.
     pub applied: Arc<AtomicU64>,
     pub wal: WalGeometry,
+    /// Most autocommit units of different clients pipelined on one upstream connection
+    /// (`--upstream-pipeline`); 0 or 1: none, every unit takes a connection of its own.
+    pub pipeline_depth: usize,
 }
 
 /// The primary's WAL page and segment sizes (`wal_block_size`, `wal_segment_size`), to read
