@@ -716,6 +716,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn autocommit_only_statements() {
+        for yes in [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7;",
+            "select * from t",
+            "insert into t values ($1, 'begin')",
+            "UPDATE t SET v = v + 1 WHERE k = $1",
+            "delete from t where k = 1",
+            "with x as (select 1) select * from x",
+            "values (1), (2)",
+            "table t",
+            "select 'begin' -- commit\n",
+        ] {
+            assert!(autocommit_only(yes), "{yes}");
+        }
+        for no in [
+            "begin",
+            "BEGIN; select 1",
+            "select 1; select 2",
+            "commit",
+            "set search_path = s1",
+            "select set_config('a.b', '1', false)",
+            "select pg_advisory_lock(1)",
+            "select pg_advisory_xact_lock(1)",
+            "select * into temp x from t",
+            "select * into x from t",
+            "create temp table x (a int)",
+            "listen c",
+            "copy t from stdin",
+            "prepare p as select 1",
+            "declare c cursor for select 1",
+            "deallocate p",
+            "call p()",
+            "do $$ begin end $$",
+            "explain analyze delete from t",
+            "select 'unterminated",
+            "select E'\\' ",
+            "",
+        ] {
+            assert!(!autocommit_only(no), "{no}");
+        }
+    }
+
+    #[test]
     fn deallocate_of_one_statement() {
         assert_eq!(deallocated("DEALLOCATE s1"), Some("s1".into()));
         assert_eq!(deallocated(" deallocate prepare S1 ;"), Some("s1".into()));

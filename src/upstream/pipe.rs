@@ -119,12 +119,15 @@ impl Pipe {
         })
     }
 
-    /// Whether a unit of a client with `settings` may join now.
+    /// Whether a unit of a client with `settings` may join now. Not while clients wait for
+    /// a connection of the pool: a pipe that kept taking units would never drain and give its
+    /// connection back, and clients with other settings (or whole transactions) would starve.
     pub fn takes(&self, host: Host, settings: u64) -> bool {
         self.joinable.get()
             && self.host == host
             && self.settings == settings
             && self.units.borrow().len() < self.depth
+            && !self.shard.pool(host).has_waiters()
     }
 
     /// The pipe has units in flight and a free connection but nobody reading: wake the first
@@ -213,7 +216,11 @@ impl Pipe {
         loop {
             let conn = reading.conn.as_mut().expect("held while reading");
             let (stream, buf) = conn.own_io().expect("a pipe holds its connection whole");
-            if let Some(why) = self.route(buf) {
+            let routed = route(&self.units, buf);
+            if routed.popped {
+                self.maybe_cancel();
+            }
+            if let Some(why) = routed.failed {
                 reading.conn = None;
                 self.fail(&why);
                 return;
@@ -252,42 +259,6 @@ impl Pipe {
                 self.fail(&e.to_string());
                 return;
             }
-        }
-    }
-
-    /// Hand each complete reply in `conn`'s buffer to the unit it belongs to. `Some(why)` if
-    /// the pipe must fail.
-    fn route(&self, buf: &mut ReplyBuf) -> Option<String> {
-        loop {
-            let (tag, status, len) = match buf.frame() {
-                Ok(Some((frame, len))) => (frame.tag, frame.body.first().copied(), len),
-                Ok(None) => return None,
-                Err(e) => return Some(e.to_string()),
-            };
-            let Some(head) = self.units.borrow().front().cloned() else {
-                return Some("the server sent a reply no unit asked for".into());
-            };
-            let raw = &buf.data()[..len];
-            if tag == b'E' && super::session::is_fatal(raw) {
-                let body = raw.get(5..).unwrap_or_default();
-                return Some(super::session::error_field(body, b'M').unwrap_or_default());
-            }
-            if tag == b'Z' {
-                if status != Some(b'I') {
-                    return Some(LEFT_OPEN.into());
-                }
-                head.owed.set(head.owed.get() - 1);
-            }
-            if !head.abandoned.get() {
-                head.replies.borrow_mut().extend_from_slice(raw);
-            }
-            buf.consume(len);
-            if head.owed.get() == 0 {
-                head.done.set(true);
-                self.units.borrow_mut().pop_front();
-                self.maybe_cancel();
-            }
-            head.wake();
         }
     }
 }
@@ -412,6 +383,59 @@ impl Drop for Lease {
     }
 }
 
+/// What [`route`] did.
+#[derive(Debug, Default)]
+struct Routed {
+    /// A unit completed.
+    popped: bool,
+    /// The pipe must fail.
+    failed: Option<String>,
+}
+
+/// Hand each complete reply in `buf` to the unit it belongs to: the head of `units`, until
+/// its last ReadyForQuery. A ReadyForQuery that is not `I`, a FATAL error, or a reply with no
+/// unit to take it fails the pipe.
+fn route(units: &RefCell<VecDeque<Rc<Unit>>>, buf: &mut ReplyBuf) -> Routed {
+    let mut routed = Routed::default();
+    loop {
+        let (tag, status, len) = match buf.frame() {
+            Ok(Some((frame, len))) => (frame.tag, frame.body.first().copied(), len),
+            Ok(None) => return routed,
+            Err(e) => {
+                routed.failed = Some(e.to_string());
+                return routed;
+            }
+        };
+        let Some(head) = units.borrow().front().cloned() else {
+            routed.failed = Some("the server sent a reply no unit asked for".into());
+            return routed;
+        };
+        let raw = &buf.data()[..len];
+        if tag == b'E' && super::session::is_fatal(raw) {
+            let body = raw.get(5..).unwrap_or_default();
+            routed.failed = Some(super::session::error_field(body, b'M').unwrap_or_default());
+            return routed;
+        }
+        if tag == b'Z' {
+            if status != Some(b'I') {
+                routed.failed = Some(LEFT_OPEN.into());
+                return routed;
+            }
+            head.owed.set(head.owed.get() - 1);
+        }
+        if !head.abandoned.get() {
+            head.replies.borrow_mut().extend_from_slice(raw);
+        }
+        buf.consume(len);
+        if head.owed.get() == 0 {
+            head.done.set(true);
+            units.borrow_mut().pop_front();
+            routed.popped = true;
+        }
+        head.wake();
+    }
+}
+
 /// How many ReadyForQuerys the server sends for `bytes` (one per Sync, Query, FunctionCall).
 fn ready_for_query_count(bytes: &[u8]) -> usize {
     let mut rest = bytes;
@@ -421,4 +445,70 @@ fn ready_for_query_count(bytes: &[u8]) -> usize {
         n += usize::from(matches!(frame.tag, b'S' | b'Q' | b'F'));
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::backend;
+
+    fn unit(owed: usize) -> Rc<Unit> {
+        let u = Rc::new(Unit::default());
+        u.owed.set(owed);
+        u
+    }
+
+    /// Replies are a unit's own slice of the stream, in order, cut at its last
+    /// ReadyForQuery; an abandoned unit's replies are dropped.
+    #[test]
+    fn replies_go_to_their_unit_by_ready_for_query_count() {
+        let (a, b, c) = (unit(2), unit(1), unit(1));
+        b.abandoned.set(true);
+        let units = RefCell::new(VecDeque::from([a.clone(), b.clone(), c.clone()]));
+        let mut stream = Vec::new();
+        backend::write_command_complete(&mut stream, "SELECT 1");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::Idle);
+        backend::write_command_complete(&mut stream, "INSERT 0 1");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::Idle);
+        let a_len = stream.len();
+        backend::write_command_complete(&mut stream, "UPDATE 7");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::Idle);
+        let b_end = stream.len();
+        backend::write_command_complete(&mut stream, "DELETE 3");
+        let mut buf = ReplyBuf::default();
+        buf.append(&stream);
+        let routed = route(&units, &mut buf);
+        assert!(routed.popped && routed.failed.is_none());
+        assert_eq!(&a.replies.borrow()[..], &stream[..a_len]);
+        assert!(a.done.get() && b.done.get() && !c.done.get());
+        assert!(b.replies.borrow().is_empty());
+        assert_eq!(&c.replies.borrow()[..], &stream[b_end..]);
+        assert_eq!(units.borrow().len(), 1);
+    }
+
+    /// A ReadyForQuery `T` (a unit left a transaction open) fails the pipe before any reply
+    /// of a later unit is handed out.
+    #[test]
+    fn a_transaction_left_open_fails_the_pipe() {
+        let (a, b) = (unit(1), unit(1));
+        let units = RefCell::new(VecDeque::from([a.clone(), b.clone()]));
+        let mut stream = Vec::new();
+        backend::write_command_complete(&mut stream, "BEGIN");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::InBlock);
+        backend::write_command_complete(&mut stream, "SELECT 1");
+        let mut buf = ReplyBuf::default();
+        buf.append(&stream);
+        let routed = route(&units, &mut buf);
+        assert_eq!(routed.failed.as_deref(), Some(LEFT_OPEN));
+        assert!(!a.done.get() && b.replies.borrow().is_empty());
+    }
+
+    #[test]
+    fn ready_for_query_counts() {
+        let mut m = Vec::new();
+        protocol::frontend::encode_query(&mut m, "select 1");
+        protocol::frontend::encode_empty(&mut m, b'S');
+        protocol::frontend::encode_query(&mut m, "select 2");
+        assert_eq!(ready_for_query_count(&m), 3);
+    }
 }

@@ -472,6 +472,11 @@ impl Pool {
         self.slots.wake_first_waiter();
     }
 
+    /// Clients wait for a connection (every one is open and taken).
+    pub fn has_waiters(&self) -> bool {
+        !self.slots.waiters.borrow().is_empty()
+    }
+
     /// Close every idle connection (the host failed: they would fail when taken anyway).
     pub fn drop_idle(&self) {
         let idle = std::mem::take(&mut *self.idle.borrow_mut());
