@@ -143,7 +143,7 @@ struct Cli {
 
     /// Upstream mode: most clients' statements in flight at once on one pipelined upstream
     /// connection.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 16)]
     upstream_pipeline_depth: usize,
 
     /// io_uring path: microseconds an idle shard polls before sleeping while it waits for a

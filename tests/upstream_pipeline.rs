@@ -26,6 +26,10 @@ fn start(pg: &Postgres, pool: &str, extra: &[&str]) -> Ringwire {
         "--upstream-pipeline-depth",
         "16",
     ];
+    if let Ok(level) = std::env::var("RINGWIRE_TEST_LOG_LEVEL") {
+        args.push("--log-level");
+        args.push(Box::leak(level.into_boxed_str()));
+    }
     args.extend_from_slice(extra);
     Ringwire::start(&args)
 }
@@ -313,10 +317,12 @@ async fn cancel_of_a_queued_unit_hits_only_its_own_statement() {
     let first = connect(&rw).await;
     let second = connect(&rw).await;
     let token = first.cancel_token();
-    let a = tokio::spawn(async move { first.simple_query("select pg_sleep(0.6), 'a'").await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // (Generous pauses: on a loaded machine `second`'s unit must be queued before the cancel,
+    // or `first` runs alone and its cancel is rightly sent.)
+    let a = tokio::spawn(async move { first.simple_query("select pg_sleep(3), 'a'").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let b = tokio::spawn(async move { second.simple_query("select pg_sleep(0.3), 'b'").await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     token.cancel_query(NoTls).await.unwrap();
     let a = a.await.unwrap().expect("withdrawn: not cancelled");
     assert_eq!(text_rows(a)[0][1].as_deref(), Some("a"));

@@ -4,6 +4,7 @@
 //!
 //! - [`client`]: ringwire as a PostgreSQL client: startup and authentication, the reply buffer.
 //! - `pool`: the shard's upstream connections and the shard's prepared-statement names.
+//! - `pipe`: autocommit units of several clients pipelined onto one upstream connection.
 //! - `classify`: what a statement does to session state (SET tracking, what pins a session).
 //! - `session`: one client's relay: message rewriting, replies in order, transaction pooling,
 //!   routing reads to replicas and learning each commit's WAL position.

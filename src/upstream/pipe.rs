@@ -91,7 +91,14 @@ pub struct Pipe {
     reader: Cell<Option<Waker>>,
     /// Most units at once on this connection.
     depth: usize,
+    /// Units taken since the pipe opened.
+    taken: Cell<usize>,
 }
+
+/// Units a pipe takes while other clients wait for a connection of the pool; then it drains
+/// and its connection goes to the first of them. Bounds their wait to this many units' worth
+/// of work (and keeps pipelining on when the pool is exhausted, unlike stopping at once).
+const UNITS_WHILE_OTHERS_WAIT: usize = 256;
 
 /// What a ReadyForQuery other than `I` on a shared connection does to its units.
 const LEFT_OPEN: &str = "a statement left a transaction open on a shared upstream connection; \
@@ -116,23 +123,28 @@ impl Pipe {
             retired: Cell::new(false),
             reader: Cell::new(None),
             depth,
+            taken: Cell::new(0),
         })
     }
 
-    /// Whether a unit of a client with `settings` may join now. Not while clients wait for
-    /// a connection of the pool: a pipe that kept taking units would never drain and give its
-    /// connection back, and clients with other settings (or whole transactions) would starve.
+    /// Whether a unit of a client with `settings` may join now. While clients wait for a
+    /// connection of the pool, only until the pipe has taken [`UNITS_WHILE_OTHERS_WAIT`]
+    /// units: a pipe that kept taking units would never drain and give its connection back,
+    /// and clients with other settings (or whole transactions) would starve.
     pub fn takes(&self, host: Host, settings: u64) -> bool {
         self.joinable.get()
             && self.host == host
             && self.settings == settings
             && self.units.borrow().len() < self.depth
-            && !self.shard.pool(host).has_waiters()
+            && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT
+                || !self.shard.pool(host).has_waiters())
     }
 
-    /// The pipe has units in flight and a free connection but nobody reading: wake the first
-    /// client still waiting, or (every unit abandoned) drain it on a task of its own. With no
-    /// units left, the connection goes back to the pool.
+    /// The connection is free: wake the first client parked waiting for its unit's replies,
+    /// so it reads (a client busy elsewhere — writing a large result to a slow client — takes
+    /// the connection when it comes back; it does not hold up the others). Every unit
+    /// abandoned: drain the pipe on a task of its own. No units left: the connection goes back
+    /// to the pool.
     fn kick(self: &Rc<Self>) {
         if self.conn.borrow().is_none() {
             return; // a reader has it, or the pipe failed
@@ -142,13 +154,22 @@ impl Pipe {
             if units.is_empty() && self.outbox.borrow().is_empty() {
                 None
             } else {
-                Some(units.iter().find(|u| !u.abandoned.get()).cloned())
+                Some(units.iter().any(|u| !u.abandoned.get()))
             }
         };
         match live {
             None => self.retire(),
-            Some(Some(unit)) => unit.wake(),
-            Some(None) => {
+            Some(true) => {
+                let units = self.units.borrow();
+                if let Some(parked) = units
+                    .iter()
+                    .filter(|u| !u.abandoned.get())
+                    .find_map(|u| u.waker.take())
+                {
+                    parked.wake();
+                }
+            }
+            Some(false) => {
                 let pipe = self.clone();
                 glommio::spawn_local(async move { pipe.read(None).await }).detach();
             }
@@ -306,6 +327,7 @@ impl Lease {
         let unit = Rc::new(Unit::default());
         unit.owed.set(owed);
         pipe.units.borrow_mut().push_back(unit.clone());
+        pipe.taken.set(pipe.taken.get() + 1);
         pipe.outbox.borrow_mut().extend_from_slice(bytes);
         if let Some(w) = pipe.reader.take() {
             w.wake();

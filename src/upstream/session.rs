@@ -14,6 +14,9 @@
 //!   ringwire would have made in between are dropped, as PostgreSQL would not send them).
 //! - **Transaction pooling.** The connection goes back to the shard's pool on ReadyForQuery
 //!   `I` with nothing outstanding, unless the session pinned it (`classify`).
+//! - **Pipelining.** A batch that is a self-contained autocommit unit ([`Session::pipelinable`])
+//!   shares a connection with other clients' units (`pipe.rs`); the relay below is the same,
+//!   only the replies come through the pipe.
 //! - **Settings.** Committed SETs (and the client's startup parameters) are replayed on a
 //!   connection whose settings differ, as one swallowed Query in front of the batch:
 //!   `RESET ALL; SET …`. A SET in a transaction that rolls back is never recorded.
@@ -525,10 +528,14 @@ impl Session {
                 };
                 match self.shard.pipe_for(host, self.settings, usable).await? {
                     Ok(pipe) => {
+                        log::trace!("session {} joins pipe {}", self.id, pipe.process_id);
                         let buf = self.spare_buf.take().unwrap_or_default();
                         ServerConn::lease(&pipe, Lease::new(pipe.clone()), buf)
                     }
-                    Err(own) => own,
+                    Err(own) => {
+                        log::trace!("session {} runs alone (settings)", self.id);
+                        own
+                    }
                 }
             }
             None => self.shard.acquire(host, self.settings).await?,
