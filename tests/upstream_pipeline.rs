@@ -187,7 +187,9 @@ async fn units_with_different_settings_never_share_a_connection() {
                 _ => ("s1", "one", "America/Sao_Paulo"),
             };
             client
-                .batch_execute(&format!("set search_path = {schema}; set timezone = '{zone}'"))
+                .batch_execute(&format!(
+                    "set search_path = {schema}; set timezone = '{zone}'"
+                ))
                 .await
                 .unwrap();
             let prepared = client
@@ -197,7 +199,10 @@ async fn units_with_different_settings_never_share_a_connection() {
             for i in 0..30 {
                 let row = client.query_one(&prepared, &[]).await.unwrap();
                 assert_eq!(
-                    (row.get::<_, String>(0).as_str(), row.get::<_, String>(1).as_str()),
+                    (
+                        row.get::<_, String>(0).as_str(),
+                        row.get::<_, String>(1).as_str()
+                    ),
                     (value, zone),
                     "client {c} round {i}"
                 );
@@ -326,7 +331,10 @@ async fn cancel_of_a_queued_unit_hits_only_its_own_statement() {
     token.cancel_query(NoTls).await.unwrap();
     let a = a.await.unwrap().expect("withdrawn: not cancelled");
     assert_eq!(text_rows(a)[0][1].as_deref(), Some("a"));
-    let b = b.await.unwrap().expect("another client's unit is never hit");
+    let b = b
+        .await
+        .unwrap()
+        .expect("another client's unit is never hit");
     assert_eq!(text_rows(b)[0][1].as_deref(), Some("b"));
 }
 

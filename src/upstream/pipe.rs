@@ -136,8 +136,7 @@ impl Pipe {
             && self.host == host
             && self.settings == settings
             && self.units.borrow().len() < self.depth
-            && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT
-                || !self.shard.pool(host).has_waiters())
+            && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.shard.pool(host).has_waiters())
     }
 
     /// The connection is free: wake the first client parked waiting for its unit's replies,
@@ -194,7 +193,10 @@ impl Pipe {
         if self.failed.borrow().is_some() || self.retired.get() {
             return;
         }
-        log::warn!("pipelined upstream connection {} failed: {why}", self.process_id);
+        log::warn!(
+            "pipelined upstream connection {} failed: {why}",
+            self.process_id
+        );
         *self.failed.borrow_mut() = Some(why.to_string());
         self.joinable.set(false);
         self.retired.set(true);
@@ -216,9 +218,9 @@ impl Pipe {
         if units.len() == 1 && head.cancel_wanted.replace(false) {
             let config = self.shard.pool(self.host).config.clone();
             let (pid, key) = (self.process_id, self.secret_key);
-            glommio::spawn_local(async move {
-                super::client::send_cancel(&config, pid, key).await
-            })
+            glommio::spawn_local(
+                async move { super::client::send_cancel(&config, pid, key).await },
+            )
             .detach();
         }
     }

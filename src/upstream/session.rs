@@ -1213,13 +1213,10 @@ impl Session {
                 }
             };
             let Some((tag, len)) = frame else {
-                let filled = futures_lite::future::or(
-                    async { Some(server.fill().await) },
-                    async {
-                        cancel.cancelled().await;
-                        None
-                    },
-                )
+                let filled = futures_lite::future::or(async { Some(server.fill().await) }, async {
+                    cancel.cancelled().await;
+                    None
+                })
                 .await;
                 match filled {
                     Some(Ok(())) => {}
