@@ -12,7 +12,49 @@
 # PG_PORT), alternated for ROUNDS rounds (default 5); prints each round and the medians. On one host the standby
 # competes with the primary for the same cores, so this measures what routing and the oracle
 # cost, not what a second machine would add.
+#
+# usage: scripts/upstream_bench.sh pipeline PG_PORT PGBOUNCER_PORT [RINGWIRE_BINARY]
+# Pipelining (docs/ARCHITECTURE.md, "Pipelining several clients onto one connection"): direct
+# PostgreSQL, PgBouncer, ringwire --upstream-pipeline on and off, pgbench -S and
+# `select * from t` at CLIENTS (default "1 16 64 512") connections, the four targets run
+# back to back in each of ROUNDS rounds (default 3) of SECONDS s each (default 5); prints
+# every run, then per cell the medians and the ratios of ringwire (on) to the others.
 set -euo pipefail
+if [ "${1:-}" = pipeline ]; then
+    pg=${2:?PG_PORT}; bouncer=${3:?PGBOUNCER_PORT}; bin=${4:-target/release/ringwire}
+    seconds=${SECONDS_PER_RUN:-5}
+    start_rw() { # PORT PIPELINE
+        "$bin" --listen 127.0.0.1:$1 --shards 2 --upstream-pool-size 16 --upstream-pipeline "$2" \
+            --upstream "postgres://postgres@127.0.0.1:$pg/postgres" --log-level warn >/dev/null &
+    }
+    start_rw 15875 on; on_pid=$!
+    start_rw 15876 off; off_pid=$!
+    trap 'kill $on_pid $off_pid' EXIT
+    sleep 1
+    echo "select * from t;" > /tmp/upstream_bench_t.sql
+    median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
+    declare -A runs
+    for n in ${CLIENTS:-1 16 64 512}; do
+        j=$(( n < 2 ? 1 : 2 ))
+        for w in "-S" "-f /tmp/upstream_bench_t.sql"; do
+            for round in $(seq 1 "${ROUNDS:-3}"); do
+                for target in direct:$pg pgbouncer:$bouncer ringwire-on:15875 ringwire-off:15876; do
+                    # A failed run (e.g. connections refused at 512 clients) counts as 0 tps.
+                    tps=$(pgbench -h 127.0.0.1 -p "${target##*:}" -U postgres -n $w -c $n -j $j -T "$seconds" postgres 2>&1 \
+                        | awk '/^tps/ {print $3}' || true)
+                    tps=${tps:-0}
+                    echo "round $round: $n ${w%% *} ${target%%:*} tps=$tps"
+                    runs["$n ${w%% *} ${target%%:*}"]+="$tps "
+                done
+            done
+            d=$(median ${runs["$n ${w%% *} direct"]}); b=$(median ${runs["$n ${w%% *} pgbouncer"]})
+            on=$(median ${runs["$n ${w%% *} ringwire-on"]}); off=$(median ${runs["$n ${w%% *} ringwire-off"]})
+            echo "| $n | ${w%% *} | $d | $b | $off | $on | $(ratio $on $d) | $(ratio $on $b) | $(ratio $on $off) |"
+        done
+    done
+    exit 0
+fi
 if [ "${1:-}" = replica ]; then
     pg=${2:?PG_PORT}; replica=${3:?REPLICA_PORT}; bin=${4:-target/release/ringwire}
     rw_port=56875

@@ -141,6 +141,18 @@ struct Cli {
     #[arg(long, default_value_t = 16)]
     upstream_pool_size: usize,
 
+    /// Upstream mode: pipeline independent autocommit statements of different clients (same
+    /// settings) onto one upstream connection, each with its own Sync; see
+    /// docs/ARCHITECTURE.md, "Pipelining several clients onto one connection". `off`: every
+    /// batch holds a connection of its own.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    upstream_pipeline: OnOff,
+
+    /// Upstream mode: most clients' statements in flight at once on one pipelined upstream
+    /// connection.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    upstream_pipeline_depth: usize,
+
     /// io_uring path: microseconds an idle shard polls before sleeping while it waits for a
     /// reply from another shard (0: sleep at once).
     #[arg(long, value_name = "US", default_value_t = shards::config::DEFAULT_REMOTE_SPIN.as_micros() as u64)]
@@ -290,9 +302,13 @@ fn upstream_config(
     url: &str,
     replicas: &[String],
     pool_size: usize,
+    pipeline_depth: usize,
 ) -> Result<(Upstreams, Arc<Vec<(String, String)>>), String> {
     if pool_size == 0 {
         return Err("--upstream-pool-size must be at least 1".into());
+    }
+    if pipeline_depth == 0 {
+        return Err("--upstream-pipeline-depth must be at least 1".into());
     }
     let config =
         UpstreamConfig::parse_url(url, pool_size).map_err(|e| format!("--upstream {e}"))?;
@@ -336,6 +352,7 @@ fn upstream_config(
         replicas: replica_configs,
         applied: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
         wal,
+        pipeline_depth,
     };
     Ok((upstreams, Arc::new(handshake.parameters)))
 }
@@ -425,7 +442,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         None => None,
-        Some(url) => match upstream_config(&url, &cli.replica, cli.upstream_pool_size) {
+        Some(url) => match upstream_config(
+            &url,
+            &cli.replica,
+            cli.upstream_pool_size,
+            match cli.upstream_pipeline {
+                OnOff::On => cli.upstream_pipeline_depth,
+                OnOff::Off => 1,
+            },
+        ) {
             Ok(u) => Some(u),
             Err(e) => {
                 eprintln!("ringwire: {e}");

@@ -250,6 +250,54 @@ pub enum TxControl {
     Unsure,
 }
 
+/// Whether `sql` is certainly one autocommit statement that leaves nothing behind on its
+/// connection, so it may share an upstream connection with other clients' statements (the
+/// pipelining of `session.rs`): one statement, starting with SELECT, VALUES, TABLE, WITH,
+/// INSERT, UPDATE or DELETE, that [`classify`] finds stateless (no SET, no advisory lock, no
+/// `set_config`), with no transaction control (so its ReadyForQuery says `I`), and without the
+/// words that could create session state through a statement of these kinds (`temp`/
+/// `temporary` in `SELECT … INTO TEMP`, `into` at all for the read-only kinds, `listen`,
+/// `notify`, `prepare`, `declare`, `copy`). Allocation-free. Anything doubtful is `false`: it
+/// costs one batch the shared connection, never another client's correctness.
+pub fn autocommit_only(sql: &str) -> bool {
+    if !plainly_stateless(sql) || unbalanced_quotes(sql) || sql.contains('\\') {
+        return false;
+    }
+    let mut statements = 0;
+    for_each_statement(sql, |_| statements += 1);
+    if statements != 1 {
+        return false;
+    }
+    let mut first = true;
+    let mut ok = true;
+    let mut reads = false;
+    for_each_word(sql, |word, _| {
+        let is = |list: &[&str]| list.iter().any(|w| word.eq_ignore_ascii_case(w));
+        if first {
+            first = false;
+            reads = is(&["select", "values", "table", "with"]);
+            ok = reads || is(&["insert", "update", "delete"]);
+        } else if is(&[
+            "temp",
+            "temporary",
+            "listen",
+            "notify",
+            "prepare",
+            "declare",
+            "copy",
+            "begin",
+            "commit",
+            "rollback",
+            "savepoint",
+        ]) || (reads && word.eq_ignore_ascii_case("into"))
+        {
+            ok = false;
+        }
+        ok
+    });
+    ok && !first
+}
+
 pub fn route(sql: &str) -> Route {
     let read_only = read_only(sql);
     if !read_only && unbalanced_quotes(sql) {
@@ -666,6 +714,49 @@ fn unbalanced_quotes(sql: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn autocommit_only_statements() {
+        for yes in [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7;",
+            "select * from t",
+            "insert into t values ($1, 'begin')",
+            "UPDATE t SET v = v + 1 WHERE k = $1",
+            "delete from t where k = 1",
+            "with x as (select 1) select * from x",
+            "values (1), (2)",
+            "table t",
+            "select 'begin' -- commit\n",
+        ] {
+            assert!(autocommit_only(yes), "{yes}");
+        }
+        for no in [
+            "begin",
+            "BEGIN; select 1",
+            "select 1; select 2",
+            "commit",
+            "set search_path = s1",
+            "select set_config('a.b', '1', false)",
+            "select pg_advisory_lock(1)",
+            "select pg_advisory_xact_lock(1)",
+            "select * into temp x from t",
+            "select * into x from t",
+            "create temp table x (a int)",
+            "listen c",
+            "copy t from stdin",
+            "prepare p as select 1",
+            "declare c cursor for select 1",
+            "deallocate p",
+            "call p()",
+            "do $$ begin end $$",
+            "explain analyze delete from t",
+            "select 'unterminated",
+            "select E'\\' ",
+            "",
+        ] {
+            assert!(!autocommit_only(no), "{no}");
+        }
+    }
 
     #[test]
     fn deallocate_of_one_statement() {

@@ -80,6 +80,20 @@ impl ReplyBuf {
         Ok(())
     }
 
+    /// Add replies another task read (a pipe's reader hands a unit its replies).
+    pub fn append(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.end + bytes.len() > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end + bytes.len() > self.buf.len() {
+            self.buf.resize(self.end + bytes.len(), 0);
+        }
+        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+
     /// Give back a buffer that grew for one large message.
     pub fn shrink_if_idle(&mut self) {
         if self.start == self.end && self.buf.len() > 1 << 20 {

@@ -4,6 +4,7 @@
 //!
 //! - [`client`]: ringwire as a PostgreSQL client: startup and authentication, the reply buffer.
 //! - `pool`: the shard's upstream connections and the shard's prepared-statement names.
+//! - `pipe`: autocommit units of several clients pipelined onto one upstream connection.
 //! - `classify`: what a statement does to session state (SET tracking, what pins a session).
 //! - `session`: one client's relay: message rewriting, replies in order, transaction pooling,
 //!   routing reads to replicas and learning each commit's WAL position.
@@ -14,6 +15,7 @@
 
 mod classify;
 pub mod client;
+mod pipe;
 mod pool;
 mod replica;
 mod session;
@@ -54,6 +56,9 @@ pub struct Upstreams {
     /// covered too.
     pub applied: Arc<AtomicU64>,
     pub wal: WalGeometry,
+    /// Most autocommit units of different clients pipelined on one upstream connection
+    /// (`--upstream-pipeline`); 0 or 1: none, every unit takes a connection of its own.
+    pub pipeline_depth: usize,
 }
 
 /// The primary's WAL page and segment sizes (`wal_block_size`, `wal_segment_size`), to read

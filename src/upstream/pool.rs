@@ -8,7 +8,7 @@
 //! knows which it has prepared).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use shards::connect::{connect, ShardStream};
 
 use super::client::{startup, ReplyBuf};
+use super::pipe::{Lease, Pipe};
 use super::replica::{self, Notify, Replica};
 use super::session::ClientStatement;
 use super::{UpstreamConfig, Upstreams};
@@ -56,6 +57,12 @@ pub struct ShardUpstream {
     replica_progress: Rc<Notify>,
     /// Round-robin position over the replicas.
     replica_turn: Cell<usize>,
+    /// Pipelined connections taking units (see `pipe.rs`).
+    pipes: RefCell<Vec<Rc<Pipe>>>,
+    /// Most units per pipelined connection; below 2, nothing is pipelined.
+    pipeline_depth: usize,
+    /// Session ids (who queued a Parse on a shared connection).
+    next_session: Cell<u64>,
     /// Upstream name (`ringwire_<id>`) of every statement some client of this shard prepared.
     statements: RefCell<HashMap<StatementKey, u32>>,
     next_statement: Cell<u32>,
@@ -110,20 +117,96 @@ impl Drop for Slot {
     }
 }
 
-/// One connection to the upstream server.
+/// One connection to the upstream server, or one client's share of a pipelined one.
 pub struct ServerConn {
-    pub stream: ShardStream,
+    pub link: Link,
+    /// The replies read for this holder: the connection's own buffer, or (for a share of a
+    /// pipe) this client's replies only, handed over by the pipe's reader.
     pub buf: ReplyBuf,
     pub process_id: i32,
     pub secret_key: i32,
-    /// Upstream statements prepared on this connection.
-    pub prepared: HashSet<u32>,
-    /// The client statement the unnamed upstream statement was last parsed from.
-    pub unnamed: Option<Rc<ClientStatement>>,
+    /// Statements on the connection (shared with every client of a pipe).
+    pub statements: Rc<ConnStatements>,
     /// Fingerprint of the session settings in effect (0: the server's defaults).
     pub settings: u64,
     pub host: Host,
-    _slot: Slot,
+    /// `None` for a share of a pipe: the pipe's own connection holds the slot.
+    _slot: Option<Slot>,
+}
+
+/// How a [`ServerConn`] reaches its server.
+pub enum Link {
+    /// The connection itself, held by one client (or by a pipe).
+    Own(ShardStream),
+    /// One unit on a pipelined connection (`pipe.rs`).
+    Shared(Lease),
+}
+
+/// What a connection has prepared.
+///
+/// A named upstream statement is recorded when its Parse is queued, by the session that
+/// queued it, and confirmed when its ParseComplete arrives; a Parse that fails or is skipped
+/// is forgotten. A client relies on a statement only when it is confirmed or queued by itself:
+/// on a pipelined connection another client's Parse may still be skipped by an error in that
+/// client's unit, so a unit that needs a statement another session's unit is still preparing
+/// does not join that pipe.
+#[derive(Default)]
+pub struct ConnStatements {
+    /// Upstream statement id → `None` (confirmed) or `Some(session)` (queued by it).
+    named: RefCell<HashMap<u32, Option<u64>>>,
+    /// The client statement the unnamed upstream statement was last parsed from.
+    unnamed: RefCell<Option<Rc<ClientStatement>>>,
+}
+
+impl ConnStatements {
+    /// Session `me` may send a Bind of `id` without a Parse first.
+    pub fn has(&self, id: u32, me: u64) -> bool {
+        match self.named.borrow().get(&id) {
+            Some(None) => true,
+            Some(Some(owner)) => *owner == me,
+            None => false,
+        }
+    }
+
+    /// Another session's Parse of `id` is queued and not confirmed yet.
+    pub fn preparing_for_other(&self, id: u32, me: u64) -> bool {
+        matches!(self.named.borrow().get(&id), Some(Some(owner)) if *owner != me)
+    }
+
+    pub fn queued(&self, id: u32, me: u64) {
+        self.named.borrow_mut().insert(id, Some(me));
+    }
+
+    pub fn confirmed(&self, id: u32) {
+        if let Some(owner) = self.named.borrow_mut().get_mut(&id) {
+            *owner = None;
+        }
+    }
+
+    /// A Parse session `me` queued failed or was skipped.
+    pub fn forget_queued(&self, id: u32, me: u64) {
+        let mut named = self.named.borrow_mut();
+        if named.get(&id) == Some(&Some(me)) {
+            named.remove(&id);
+        }
+    }
+
+    /// DISCARD ALL / DEALLOCATE ALL ran on the connection.
+    pub fn clear(&self) {
+        self.named.borrow_mut().clear();
+        *self.unnamed.borrow_mut() = None;
+    }
+
+    pub fn unnamed_is(&self, stmt: &Rc<ClientStatement>) -> bool {
+        self.unnamed
+            .borrow()
+            .as_ref()
+            .is_some_and(|u| Rc::ptr_eq(u, stmt))
+    }
+
+    pub fn set_unnamed(&self, stmt: Option<Rc<ClientStatement>>) {
+        *self.unnamed.borrow_mut() = stmt;
+    }
 }
 
 impl ShardUpstream {
@@ -144,7 +227,59 @@ impl ShardUpstream {
             replica_turn: Cell::new(0),
             statements: RefCell::new(HashMap::new()),
             next_statement: Cell::new(1),
+            pipes: RefCell::new(Vec::new()),
+            pipeline_depth: upstreams.pipeline_depth,
+            next_session: Cell::new(1),
         }
+    }
+
+    /// Pipelining is on.
+    pub fn pipelines(&self) -> bool {
+        self.pipeline_depth > 1
+    }
+
+    /// A new session's id.
+    pub fn session_id(&self) -> u64 {
+        let id = self.next_session.get();
+        self.next_session.set(id + 1);
+        id
+    }
+
+    /// Somewhere to run one unit of a client whose settings have fingerprint `settings`:
+    /// a pipe on `host` that takes it (same settings, room, and `usable`: no statement the
+    /// unit needs is still being prepared there by another client), else a new pipe over a
+    /// connection from the pool. `Err(conn)`: the pool's connection has other settings — the
+    /// unit runs on it alone (the relay replays the settings; the connection comes back with
+    /// them, ready for a pipe next time).
+    pub async fn pipe_for(
+        self: &Rc<Self>,
+        host: Host,
+        settings: u64,
+        usable: impl Fn(&ConnStatements) -> bool,
+    ) -> Result<Result<Rc<Pipe>, ServerConn>, String> {
+        let found = self
+            .pipes
+            .borrow()
+            .iter()
+            .find(|p| p.takes(host, settings) && usable(&p.statements))
+            .cloned();
+        if let Some(pipe) = found {
+            return Ok(Ok(pipe));
+        }
+        let conn = self.acquire(host, settings).await?;
+        if conn.settings != settings {
+            return Ok(Err(conn));
+        }
+        let pipe = Pipe::new(self.clone(), conn, self.pipeline_depth);
+        self.pipes.borrow_mut().push(pipe.clone());
+        Ok(Ok(pipe))
+    }
+
+    /// The pipe failed or gave its connection back.
+    pub fn forget_pipe(&self, pipe: &Pipe) {
+        self.pipes
+            .borrow_mut()
+            .retain(|p| !std::ptr::eq(Rc::as_ptr(p), pipe));
     }
 
     pub fn pool(&self, host: Host) -> &Pool {
@@ -245,9 +380,12 @@ impl ShardUpstream {
         self.pool(host).acquire(settings).await
     }
 
-    /// Take back a clean connection (ReadyForQuery `I`, nothing outstanding).
+    /// Take back a clean connection (ReadyForQuery `I`, nothing outstanding). A share of a
+    /// pipe is just dropped: the pipe gives its connection back when its last unit is done.
     pub fn release(&self, conn: ServerConn) {
-        self.pool(conn.host).release(conn);
+        if let Link::Own(_) = conn.link {
+            self.pool(conn.host).release(conn);
+        }
     }
 }
 
@@ -317,15 +455,14 @@ impl Pool {
             }
         };
         Ok(ServerConn {
-            stream,
+            link: Link::Own(stream),
             buf,
             process_id: hs.process_id,
             secret_key: hs.secret_key,
-            prepared: HashSet::new(),
-            unnamed: None,
+            statements: Rc::default(),
             settings: 0,
             host: self.host,
-            _slot: slot,
+            _slot: Some(slot),
         })
     }
 
@@ -333,6 +470,11 @@ impl Pool {
         conn.buf.shrink_if_idle();
         self.idle.borrow_mut().push(conn);
         self.slots.wake_first_waiter();
+    }
+
+    /// Clients wait for a connection (every one is open and taken).
+    pub fn has_waiters(&self) -> bool {
+        !self.slots.waiters.borrow().is_empty()
     }
 
     /// Close every idle connection (the host failed: they would fail when taken anyway).
@@ -368,9 +510,50 @@ impl ServerConn {
         if !self.buf.data().is_empty() {
             return false;
         }
+        let Link::Own(stream) = &mut self.link else {
+            return true; // a share of a pipe is never pooled
+        };
         let mut probe = [0u8; 1];
-        let read = futures_lite::AsyncReadExt::read(&mut self.stream, &mut probe);
+        let read = futures_lite::AsyncReadExt::read(stream, &mut probe);
         futures_lite::future::poll_once(read).await.is_none()
+    }
+
+    /// Send `bytes`: on the connection, or as one unit of the pipe.
+    pub async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.link {
+            Link::Own(stream) => futures_lite::AsyncWriteExt::write_all(stream, bytes).await,
+            Link::Shared(lease) => lease.submit(bytes),
+        }
+    }
+
+    /// Read more replies into `buf`. The end of the stream is an error.
+    pub async fn fill(&mut self) -> std::io::Result<()> {
+        match &mut self.link {
+            Link::Own(stream) => self.buf.fill(stream).await,
+            Link::Shared(lease) => lease.fill(&mut self.buf).await,
+        }
+    }
+
+    /// The stream and reply buffer of a connection held whole (`None` for a share of a pipe).
+    pub fn own_io(&mut self) -> Option<(&mut ShardStream, &mut ReplyBuf)> {
+        match &mut self.link {
+            Link::Own(stream) => Some((stream, &mut self.buf)),
+            Link::Shared(_) => None,
+        }
+    }
+
+    /// A share of a pipelined connection.
+    pub fn lease(pipe: &Pipe, lease: Lease, buf: ReplyBuf) -> ServerConn {
+        ServerConn {
+            link: Link::Shared(lease),
+            buf,
+            process_id: pipe.process_id,
+            secret_key: pipe.secret_key,
+            statements: pipe.statements.clone(),
+            settings: pipe.settings,
+            host: pipe.host,
+            _slot: None,
+        }
     }
 }
 

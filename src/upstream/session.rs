@@ -14,6 +14,9 @@
 //!   ringwire would have made in between are dropped, as PostgreSQL would not send them).
 //! - **Transaction pooling.** The connection goes back to the shard's pool on ReadyForQuery
 //!   `I` with nothing outstanding, unless the session pinned it (`classify`).
+//! - **Pipelining.** A batch that is a self-contained autocommit unit ([`Session::pipelinable`])
+//!   shares a connection with other clients' units (`pipe.rs`); the relay below is the same,
+//!   only the replies come through the pipe.
 //! - **Settings.** Committed SETs (and the client's startup parameters) are replayed on a
 //!   connection whose settings differ, as one swallowed Query in front of the batch:
 //!   `RESET ALL; SET …`. A SET in a transaction that rolls back is never recorded.
@@ -39,8 +42,12 @@ use protocol::wire::{put_cstr, split_frame};
 use protocol::{PgError, Severity, SqlState};
 use shards::engine::{no_statement, CancelToken, SessionStart};
 
-use super::classify::{classify, deallocated, read_only, route, Route, SetChange, TxControl};
-use super::pool::{Host, ServerConn, ShardUpstream, StatementKey};
+use super::classify::{
+    autocommit_only, classify, deallocated, read_only, route, Route, SetChange, TxControl,
+};
+use super::client::ReplyBuf;
+use super::pipe::Lease;
+use super::pool::{ConnStatements, Host, Link, ServerConn, ShardUpstream, StatementKey};
 
 /// Asked on the primary, in the same pipeline, right after a commit that may have written
 /// (and before the client's ReadyForQuery is released); the answer becomes the oracle's
@@ -67,6 +74,13 @@ const SERIALIZABLE_STALENESS_MAX: Duration = Duration::from_secs(1);
 /// Replies piled up past this are written to the client mid-batch (a large result streams).
 const CLIENT_FLUSH_BYTES: usize = 256 << 10;
 
+/// The upstream statements a pipelinable unit relies on (see `Session::pipelinable`).
+#[derive(Clone, Copy, Default)]
+struct UnitNeeds {
+    ids: [u32; UNIT_STATEMENTS_MAX],
+    len: usize,
+}
+
 /// A client's prepared statement.
 pub struct ClientStatement {
     sql: Box<str>,
@@ -76,6 +90,8 @@ pub struct ClientStatement {
     upstream: Option<u32>,
     /// Read once at Parse, for every Bind of it.
     route: Route,
+    /// Certainly autocommit-only ([`autocommit_only`]): may share a pipelined connection.
+    autocommit: bool,
 }
 
 impl ClientStatement {
@@ -141,10 +157,17 @@ enum Local {
     Command(&'static str),
 }
 
+/// The upstream statements a unit relies on (at most this many; more: not pipelined).
+const UNIT_STATEMENTS_MAX: usize = 8;
+
 /// One client's relay state (the engine's per-connection session).
 pub struct Session {
     shard: Rc<ShardUpstream>,
+    /// Tells this session's queued Parses from other clients' on a shared connection.
+    id: u64,
     server: Option<ServerConn>,
+    /// The reply buffer a share of a pipe reads into, kept between units.
+    spare_buf: Option<ReplyBuf>,
     /// Transaction status of the last ReadyForQuery (`I`, `T`, `E`).
     tx: u8,
     statements: std::collections::HashMap<Box<str>, Rc<ClientStatement>>,
@@ -265,8 +288,10 @@ impl Session {
         let settings = fingerprint(&startup_sets, &[]);
         let (staleness, serializable) = read_rules(&startup_sets, &[]);
         let mut session = Session {
+            id: shard.session_id(),
             shard,
             server: None,
+            spare_buf: None,
             tx: b'I',
             statements: Default::default(),
             startup_sets,
@@ -351,12 +376,12 @@ impl Session {
         let clean = self.expect.is_empty() && !self.copy_in;
         if clean && self.tx == b'I' && !self.pinned {
             self.shard.release(server);
-        } else if clean && !self.pinned {
+        } else if clean && !self.pinned && matches!(server.link, Link::Own(_)) {
             let shard = self.shard.clone();
             glommio::spawn_local(async move {
                 let mut q = Vec::new();
                 frontend::encode_query(&mut q, "ROLLBACK");
-                if server.stream.write_all(&q).await.is_err() {
+                if server.send(&q).await.is_err() {
                     return;
                 }
                 loop {
@@ -378,7 +403,7 @@ impl Session {
                             }
                         }
                         None => {
-                            if server.buf.fill(&mut server.stream).await.is_err() {
+                            if server.fill().await.is_err() {
                                 return;
                             }
                         }
@@ -409,30 +434,21 @@ impl Session {
             debug_assert!(false, "a replica connection was held past its batch");
             if self.expect.is_empty() && self.tx == b'I' && !self.pinned {
                 if let Some(server) = self.server.take() {
-                    self.shard.release(server);
+                    self.give_back(server);
                 }
             }
         }
         if self.server.is_none() {
             replica = self.pick_replica(frames).await;
+            let unit = self.pipelinable(frames);
             if let Some(i) = replica {
-                match self.shard.acquire(Host::Replica(i), self.settings).await {
-                    Ok(server) => self.server = Some(server),
-                    Err(why) => {
-                        self.shard.replica_failed(i, &why);
-                        replica = None;
-                    }
+                if let Err(why) = self.take_connection(Host::Replica(i), unit).await {
+                    self.shard.replica_failed(i, &why);
+                    replica = None;
                 }
             }
-            if self.server.is_none() {
-                match self.shard.acquire(Host::Primary, self.settings).await {
-                    Ok(server) => self.server = Some(server),
-                    Err(why) => {
-                        log::warn!("upstream: {why}");
-                        self.fail_locally(frames, out, lost(&why));
-                        return Ok(());
-                    }
-                }
+            if self.server.is_none() && !self.acquire_primary(frames, unit, out).await {
+                return Ok(());
             }
         }
         let out_start = out.len();
@@ -457,7 +473,7 @@ impl Session {
             self.skip_until_sync = false;
             if let Some(server) = self.server.take() {
                 if self.expect.is_empty() && self.tx == b'I' {
-                    self.shard.release(server);
+                    self.give_back(server);
                 }
             }
             self.expect.clear();
@@ -466,23 +482,168 @@ impl Session {
             // The standby refused a write the text scan let through (e.g. a user function
             // named like a built-in): on the primary it commits, so learn its position.
             self.wrote = !self.shard.replicas.is_empty();
-            match self.shard.acquire(Host::Primary, self.settings).await {
-                Ok(server) => self.server = Some(server),
-                Err(why) => {
-                    log::warn!("upstream: {why}");
-                    self.fail_locally(frames, out, lost(&why));
-                    return Ok(());
-                }
+            let unit = self.pipelinable(frames);
+            if !self.acquire_primary(frames, unit, out).await {
+                return Ok(());
             }
             self.run_batch(frames, cancel, out, client).await?;
         }
         self.replica_read = None;
         if self.expect.is_empty() && !self.copy_in && self.tx == b'I' && !self.pinned {
             if let Some(server) = self.server.take() {
-                self.shard.release(server);
+                self.give_back(server);
             }
         }
         Ok(())
+    }
+
+    /// A primary connection (or a share of a pipelined one) for this batch. If none can be
+    /// had, the batch is answered here with 08006 and the result is false.
+    async fn acquire_primary(
+        &mut self,
+        frames: &[u8],
+        unit: Option<UnitNeeds>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        match self.take_connection(Host::Primary, unit).await {
+            Ok(()) => true,
+            Err(why) => {
+                log::warn!("upstream: {why}");
+                self.fail_locally(frames, out, lost(&why));
+                false
+            }
+        }
+    }
+
+    /// Hold a connection to `host` for this batch: a share of a pipe if the batch is a
+    /// pipelinable unit (`unit`), else a connection of its own.
+    async fn take_connection(&mut self, host: Host, unit: Option<UnitNeeds>) -> Result<(), String> {
+        let server = match unit {
+            Some(needs) => {
+                let me = self.id;
+                let usable = |st: &ConnStatements| {
+                    needs.ids[..needs.len]
+                        .iter()
+                        .all(|&id| !st.preparing_for_other(id, me))
+                };
+                match self.shard.pipe_for(host, self.settings, usable).await? {
+                    Ok(pipe) => {
+                        log::trace!("session {} joins pipe {}", self.id, pipe.process_id);
+                        let buf = self.spare_buf.take().unwrap_or_default();
+                        ServerConn::lease(&pipe, Lease::new(pipe.clone()), buf)
+                    }
+                    Err(own) => {
+                        log::trace!("session {} runs alone (settings)", self.id);
+                        own
+                    }
+                }
+            }
+            None => self.shard.acquire(host, self.settings).await?,
+        };
+        self.server = Some(server);
+        Ok(())
+    }
+
+    /// Give a clean connection back: to the pool, or (a share of a pipe) to the pipe, keeping
+    /// the reply buffer for the next unit.
+    fn give_back(&mut self, mut server: ServerConn) {
+        if let Link::Shared(_) = server.link {
+            let buf = std::mem::take(&mut server.buf);
+            if buf.data().is_empty() {
+                self.spare_buf = Some(buf);
+            }
+        }
+        self.shard.release(server);
+    }
+
+    /// Whether this batch may share a pipelined connection with other clients' units, and
+    /// the upstream statements it relies on. Only a self-contained autocommit unit: the
+    /// session idle before it (no transaction, nothing outstanding or pinned, no SET pending,
+    /// no commit whose position is unknown), every message a Query or Parse of an
+    /// [`autocommit_only`] statement or a Bind/Describe/Execute/Close/Sync, Bind and
+    /// Describe only of statements that are autocommit-only too, and ending with Sync or
+    /// Query (so it ends with its own ReadyForQuery `I`). No Flush (the client would wait for
+    /// replies before its Sync), no FunctionCall, no COPY. Anything else runs on a connection
+    /// of its own.
+    fn pipelinable(&self, frames: &[u8]) -> Option<UnitNeeds> {
+        if !self.shard.pipelines()
+            || self.tx != b'I'
+            || self.pinned
+            || self.copy_in
+            || self.skip_until_sync
+            || !self.expect.is_empty()
+            || !self.pending_sets.is_empty()
+            || self.commit_unrecorded
+            || self.lsn_outstanding > 0
+        {
+            return None;
+        }
+        let mut needs = UnitNeeds::default();
+        let need = |needs: &mut UnitNeeds, id: Option<u32>| -> Option<()> {
+            if let Some(id) = id {
+                if needs.len == UNIT_STATEMENTS_MAX {
+                    return None;
+                }
+                needs.ids[needs.len] = id;
+                needs.len += 1;
+            }
+            Some(())
+        };
+        // Statements parsed earlier in this batch.
+        let mut parsed: [&str; UNIT_STATEMENTS_MAX] = [""; UNIT_STATEMENTS_MAX];
+        let mut n_parsed = 0;
+        let mut last = 0;
+        let mut rest = frames;
+        while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+            rest = &rest[len..];
+            last = frame.tag;
+            let uses = |name: &str, needs: &mut UnitNeeds| -> Option<()> {
+                if parsed[..n_parsed].contains(&name) {
+                    return Some(());
+                }
+                let stmt = self.statements.get(name)?;
+                if !stmt.autocommit {
+                    return None;
+                }
+                need(needs, stmt.upstream)
+            };
+            match FrontendMessage::parse(frame).ok()? {
+                FrontendMessage::Query { sql } if autocommit_only(sql) => {}
+                FrontendMessage::Parse {
+                    name,
+                    sql,
+                    param_types,
+                } if autocommit_only(sql) && n_parsed < UNIT_STATEMENTS_MAX => {
+                    if !name.is_empty() {
+                        if self.statements.contains_key(name) {
+                            return None;
+                        }
+                        let id = self.shard.statement_id(&StatementKey {
+                            sql: sql.into(),
+                            param_types: param_types.iter().flat_map(u32::to_be_bytes).collect(),
+                            settings: self.settings,
+                        });
+                        need(&mut needs, Some(id))?;
+                    }
+                    parsed[n_parsed] = name;
+                    n_parsed += 1;
+                }
+                FrontendMessage::Bind(bind) => uses(bind.statement, &mut needs)?,
+                FrontendMessage::Describe {
+                    target: Target::Statement,
+                    name,
+                } => uses(name, &mut needs)?,
+                FrontendMessage::Describe {
+                    target: Target::Portal,
+                    ..
+                }
+                | FrontendMessage::Execute { .. }
+                | FrontendMessage::Close { .. }
+                | FrontendMessage::Sync => {}
+                _ => return None,
+            }
+        }
+        matches!(last, b'S' | b'Q').then_some(needs)
     }
 
     /// A replica for this batch, or `None` for the primary: only a batch that is certainly
@@ -594,7 +755,7 @@ impl Session {
         }
         let server = self.server.as_mut().expect("acquired above");
         if !self.to_send.is_empty() {
-            if let Err(e) = server.stream.write_all(&self.to_send).await {
+            if let Err(e) = server.send(&self.to_send).await {
                 self.upstream_lost(out, &e.to_string());
                 return Ok(());
             }
@@ -685,8 +846,8 @@ impl Session {
                     // under ringwire's shared name, which stays for the shard's other clients.
                     self.statements.remove(name.as_str());
                     self.statements.remove("");
-                    if let Some(s) = self.server.as_mut() {
-                        s.unnamed = None;
+                    if let Some(s) = self.server.as_ref() {
+                        s.statements.set_unnamed(None);
                     }
                     self.push_local(Local::Command("DEALLOCATE"));
                     self.must_answer = self.expect.len();
@@ -694,8 +855,8 @@ impl Session {
                 }
                 let sets = self.note_effects(sql);
                 self.statements.remove("");
-                if let Some(s) = self.server.as_mut() {
-                    s.unnamed = None;
+                if let Some(s) = self.server.as_ref() {
+                    s.statements.set_unnamed(None);
                 }
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Query(sets));
@@ -751,22 +912,23 @@ impl Session {
                     } else {
                         route(sql)
                     },
+                    autocommit: self.shard.pipelines() && autocommit_only(sql),
                 });
                 self.statements.insert(name.into(), stmt.clone());
-                let server = self.server.as_mut().expect("held while translating");
+                let server = self.server.as_ref().expect("held while translating");
                 match upstream {
-                    Some(id) if server.prepared.contains(&id) => {
+                    Some(id) if server.statements.has(id, self.id) => {
                         self.push_local(Local::ParseComplete)
                     }
                     Some(id) => {
                         // Marked now, so later messages of this batch do not parse it again;
                         // undone if the Parse fails or is skipped.
-                        server.prepared.insert(id);
+                        server.statements.queued(id, self.id);
                         stmt.encode_parse(&mut self.to_send);
                         self.push(Kind::Parse, true, Done::Prepared(id));
                     }
                     None => {
-                        server.unnamed = Some(stmt.clone());
+                        server.statements.set_unnamed(Some(stmt.clone()));
                         self.to_send.extend_from_slice(raw);
                         self.push(Kind::Parse, true, Done::Unnamed(stmt));
                     }
@@ -898,20 +1060,20 @@ impl Session {
 
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
     fn ensure_prepared(&mut self, stmt: &Rc<ClientStatement>) {
-        let server = self.server.as_mut().expect("held while translating");
+        let server = self.server.as_ref().expect("held while translating");
         let present = match stmt.upstream {
-            Some(id) => server.prepared.contains(&id),
-            None => server.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, stmt)),
+            Some(id) => server.statements.has(id, self.id),
+            None => server.statements.unnamed_is(stmt),
         };
         if !present {
             stmt.encode_parse(&mut self.to_send);
             let done = match stmt.upstream {
                 Some(id) => {
-                    server.prepared.insert(id);
+                    server.statements.queued(id, self.id);
                     Done::Prepared(id)
                 }
                 None => {
-                    server.unnamed = Some(stmt.clone());
+                    server.statements.set_unnamed(Some(stmt.clone()));
                     Done::Unnamed(stmt.clone())
                 }
             };
@@ -1018,7 +1180,7 @@ impl Session {
                 let Some(server) = self.server.as_mut() else {
                     return; // lost with it: the client gets 08006, not an acknowledgement
                 };
-                if let Err(e) = server.stream.write_all(&q).await {
+                if let Err(e) = server.send(&q).await {
                     self.upstream_lost(out, &e.to_string());
                     return;
                 }
@@ -1051,13 +1213,10 @@ impl Session {
                 }
             };
             let Some((tag, len)) = frame else {
-                let filled = futures_lite::future::or(
-                    async { Some(server.buf.fill(&mut server.stream).await) },
-                    async {
-                        cancel.cancelled().await;
-                        None
-                    },
-                )
+                let filled = futures_lite::future::or(async { Some(server.fill().await) }, async {
+                    cancel.cancelled().await;
+                    None
+                })
                 .await;
                 match filled {
                     Some(Ok(())) => {}
@@ -1066,9 +1225,15 @@ impl Session {
                         return;
                     }
                     None => {
+                        cancel.reset();
+                        if let Link::Shared(lease) = &server.link {
+                            // Sent only once this client's unit runs alone on the shared
+                            // connection; withdrawn if another client's unit follows it.
+                            lease.cancel();
+                            continue;
+                        }
                         // This client's statement is the one running on this connection:
                         // pass the cancel on to its backend.
-                        cancel.reset();
                         let config = self.shard.pool(server.host).config.clone();
                         let (pid, key) = (server.process_id, server.secret_key);
                         glommio::spawn_local(async move {
@@ -1206,9 +1371,8 @@ impl Session {
             // The server dropped every prepared statement of this connection: the client's
             // (whatever their names upstream) and those other clients left for reuse.
             self.statements.clear();
-            if let Some(server) = self.server.as_mut() {
-                server.prepared.clear();
-                server.unnamed = None;
+            if let Some(server) = self.server.as_ref() {
+                server.statements.clear();
             }
         }
         if !terminal {
@@ -1220,7 +1384,8 @@ impl Session {
         self.must_answer -= 1;
         let server = self.server.as_mut().expect("held");
         match done {
-            Done::Nothing | Done::Bound(_) | Done::Prepared(_) | Done::Unnamed(_) => {}
+            Done::Prepared(id) => server.statements.confirmed(id),
+            Done::Nothing | Done::Bound(_) | Done::Unnamed(_) => {}
             Done::Settings(fp) => {
                 server.settings = fp;
                 // The replay is not the client's transaction.
@@ -1272,13 +1437,13 @@ impl Session {
                 done: Done::Prepared(id),
                 ..
             } => {
-                server.prepared.remove(id);
+                server.statements.forget_queued(*id, self.id);
             }
             Expect::Server {
                 done: Done::Unnamed(stmt),
                 ..
-            } if server.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, stmt)) => {
-                server.unnamed = None;
+            } if server.statements.unnamed_is(stmt) => {
+                server.statements.set_unnamed(None);
             }
             _ => {}
         }
@@ -1311,6 +1476,10 @@ impl Session {
     /// should have been, and ReadyForQuery for each Sync/Query it is owed; its transaction is
     /// gone (the server rolls it back) and the next statement gets a fresh connection.
     fn upstream_lost(&mut self, out: &mut Vec<u8>, why: &str) {
+        if let Some(Link::Shared(lease)) = self.server.as_ref().map(|s| &s.link) {
+            // Every unit on the shared connection fails with it (no-op if it already did).
+            lease.fail(why);
+        }
         self.server = None;
         self.lsn_outstanding = 0;
         self.lsn_seen = None;
@@ -1416,7 +1585,7 @@ impl Session {
 }
 
 /// The message (with its header) is an ErrorResponse that ends the connection.
-fn is_fatal(raw: &[u8]) -> bool {
+pub(super) fn is_fatal(raw: &[u8]) -> bool {
     let body = raw.get(5..).unwrap_or_default();
     matches!(error_field(body, b'V').as_deref(), Some("FATAL" | "PANIC"))
 }
@@ -1486,7 +1655,7 @@ fn setting_value(stmt: &str, name: &str) -> String {
 }
 
 /// One field of an ErrorResponse body (`C` SQLSTATE, `V` severity, `M` message).
-fn error_field(body: &[u8], code: u8) -> Option<String> {
+pub(super) fn error_field(body: &[u8], code: u8) -> Option<String> {
     let mut i = 0;
     while i < body.len() && body[i] != 0 {
         let field = body[i];

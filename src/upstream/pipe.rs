@@ -1,0 +1,538 @@
+//! Several clients' autocommit units pipelined onto one upstream connection.
+//!
+//! A *unit* is one client batch that the relay proved self-contained (`Session::pipelinable`):
+//! the client is idle before it, every statement in it is autocommit-only, it ends with its
+//! own Sync or Query, and it needs nothing prepared by another client's unit still in flight.
+//! Units of clients with the same settings fingerprint are written back to back to one
+//! connection (one write when they arrive together); PostgreSQL runs each Sync-delimited unit
+//! as its own implicit transaction, so an error aborts only up to that unit's own Sync, and its
+//! replies are one contiguous slice of the reply stream ending at its last ReadyForQuery.
+//!
+//! **Who reads.** No task of its own: the client whose unit waits for replies and finds the
+//! connection free takes it (the *reader*), writes what other units queued, and routes each
+//! reply to the unit at the head of the queue — counting ReadyForQuerys, as many as the unit
+//! has Sync/Query/FunctionCall messages — until its own unit has replies; then it puts the
+//! connection back and wakes the first unit still waiting. A client that went away leaves its
+//! unit *abandoned*: its replies are read and dropped, other units are unaffected; if nobody
+//! else waits, a task drains the pipe.
+//!
+//! **A ReadyForQuery that is not `I`** means a unit left a transaction open that later units
+//! would run inside: the classification was wrong. The pipe then fails: the connection is
+//! closed (PostgreSQL rolls back the open transaction, and with it the work of every unit
+//! queued behind), and every unit not yet complete — the offender included — gets 08006 and
+//! ReadyForQuery `I`. Units before it completed with `I` and are untouched.
+//!
+//! **Cancel.** A CancelRequest is sent to the backend only while the client's unit is at the
+//! head of the queue *and* the last one in it (so what runs there is that client's and nothing
+//! of another client can start before the signal lands); from the request on, the pipe takes
+//! no new units. A cancel for a unit queued behind another waits until the units before it are
+//! done; one for a unit that has other units behind it is withdrawn (never sent): the signal
+//! could land on a unit of another client.
+//!
+//! The pipe gives its connection back to the shard's pool when its last unit is done.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::io;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use super::client::ReplyBuf;
+use super::pool::{ConnStatements, Host, ServerConn, ShardUpstream};
+
+/// One client's unit on a pipe.
+#[derive(Default)]
+pub struct Unit {
+    /// Replies read for this unit, not yet taken by its client.
+    replies: RefCell<Vec<u8>>,
+    /// ReadyForQuerys still to come.
+    owed: Cell<usize>,
+    done: Cell<bool>,
+    failed: RefCell<Option<String>>,
+    waker: Cell<Option<Waker>>,
+    /// The client went away: its replies are dropped.
+    abandoned: Cell<bool>,
+    /// The client asked to cancel; sent when this unit runs alone (see the module doc).
+    cancel_wanted: Cell<bool>,
+}
+
+impl Unit {
+    fn wake(&self) {
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    fn ready(&self) -> bool {
+        !self.replies.borrow().is_empty() || self.done.get() || self.failed.borrow().is_some()
+    }
+}
+
+pub struct Pipe {
+    shard: Rc<ShardUpstream>,
+    pub host: Host,
+    pub settings: u64,
+    pub process_id: i32,
+    pub secret_key: i32,
+    pub statements: Rc<ConnStatements>,
+    /// The connection; `None` while a reader holds it (or once the pipe failed).
+    conn: RefCell<Option<ServerConn>>,
+    /// Units queued and not yet written (the reader writes them).
+    outbox: RefCell<Vec<u8>>,
+    /// Units written (or in `outbox`), in the order their replies come.
+    units: RefCell<VecDeque<Rc<Unit>>>,
+    /// Takes new units (false once a cancel was asked or the pipe failed or retired).
+    joinable: Cell<bool>,
+    failed: RefCell<Option<String>>,
+    /// The connection went back to the pool: the pipe is gone.
+    retired: Cell<bool>,
+    /// The reader, waiting for replies: woken when `outbox` gets bytes.
+    reader: Cell<Option<Waker>>,
+    /// Most units at once on this connection.
+    depth: usize,
+    /// Units taken since the pipe opened.
+    taken: Cell<usize>,
+}
+
+/// Units a pipe takes while other clients wait for a connection of the pool; then it drains
+/// and its connection goes to the first of them. Bounds their wait to this many units' worth
+/// of work (and keeps pipelining on when the pool is exhausted, unlike stopping at once).
+const UNITS_WHILE_OTHERS_WAIT: usize = 256;
+
+/// What a ReadyForQuery other than `I` on a shared connection does to its units.
+const LEFT_OPEN: &str = "a statement left a transaction open on a shared upstream connection; \
+    the connection was closed and the transaction rolled back";
+
+impl Pipe {
+    /// A pipe over `conn` (idle, with the settings `conn.settings`).
+    pub fn new(shard: Rc<ShardUpstream>, conn: ServerConn, depth: usize) -> Rc<Pipe> {
+        debug_assert!(matches!(conn.link, super::pool::Link::Own(_)));
+        Rc::new(Pipe {
+            shard,
+            host: conn.host,
+            settings: conn.settings,
+            process_id: conn.process_id,
+            secret_key: conn.secret_key,
+            statements: conn.statements.clone(),
+            conn: RefCell::new(Some(conn)),
+            outbox: RefCell::new(Vec::new()),
+            units: RefCell::new(VecDeque::new()),
+            joinable: Cell::new(true),
+            failed: RefCell::new(None),
+            retired: Cell::new(false),
+            reader: Cell::new(None),
+            depth,
+            taken: Cell::new(0),
+        })
+    }
+
+    /// Whether a unit of a client with `settings` may join now. While clients wait for a
+    /// connection of the pool, only until the pipe has taken [`UNITS_WHILE_OTHERS_WAIT`]
+    /// units: a pipe that kept taking units would never drain and give its connection back,
+    /// and clients with other settings (or whole transactions) would starve.
+    pub fn takes(&self, host: Host, settings: u64) -> bool {
+        self.joinable.get()
+            && self.host == host
+            && self.settings == settings
+            && self.units.borrow().len() < self.depth
+            && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.shard.pool(host).has_waiters())
+    }
+
+    /// The connection is free: wake the first client parked waiting for its unit's replies,
+    /// so it reads (a client busy elsewhere — writing a large result to a slow client — takes
+    /// the connection when it comes back; it does not hold up the others). Every unit
+    /// abandoned: drain the pipe on a task of its own. No units left: the connection goes back
+    /// to the pool.
+    fn kick(self: &Rc<Self>) {
+        if self.conn.borrow().is_none() {
+            return; // a reader has it, or the pipe failed
+        }
+        let live = {
+            let units = self.units.borrow();
+            if units.is_empty() && self.outbox.borrow().is_empty() {
+                None
+            } else {
+                Some(units.iter().any(|u| !u.abandoned.get()))
+            }
+        };
+        match live {
+            None => self.retire(),
+            Some(true) => {
+                let units = self.units.borrow();
+                if let Some(parked) = units
+                    .iter()
+                    .filter(|u| !u.abandoned.get())
+                    .find_map(|u| u.waker.take())
+                {
+                    parked.wake();
+                }
+            }
+            Some(false) => {
+                let pipe = self.clone();
+                glommio::spawn_local(async move { pipe.read(None).await }).detach();
+            }
+        }
+    }
+
+    /// The connection goes back to the pool (clean: every unit ended with `I`).
+    fn retire(&self) {
+        if self.retired.replace(true) {
+            return;
+        }
+        self.joinable.set(false);
+        self.shard.forget_pipe(self);
+        if let Some(conn) = self.conn.borrow_mut().take() {
+            self.shard.release(conn);
+        }
+    }
+
+    /// The connection failed (or a unit left a transaction open): close it and fail every
+    /// unit not complete yet.
+    pub fn fail(&self, why: &str) {
+        if self.failed.borrow().is_some() || self.retired.get() {
+            return;
+        }
+        log::warn!(
+            "pipelined upstream connection {} failed: {why}",
+            self.process_id
+        );
+        *self.failed.borrow_mut() = Some(why.to_string());
+        self.joinable.set(false);
+        self.retired.set(true);
+        self.shard.forget_pipe(self);
+        let conn = self.conn.borrow_mut().take();
+        drop(conn);
+        self.outbox.borrow_mut().clear();
+        let units = std::mem::take(&mut *self.units.borrow_mut());
+        for u in units {
+            *u.failed.borrow_mut() = Some(why.to_string());
+            u.wake();
+        }
+    }
+
+    /// Send the cancel asked for the head unit if it now runs alone.
+    fn maybe_cancel(&self) {
+        let units = self.units.borrow();
+        let Some(head) = units.front() else { return };
+        if units.len() == 1 && head.cancel_wanted.replace(false) {
+            let config = self.shard.pool(self.host).config.clone();
+            let (pid, key) = (self.process_id, self.secret_key);
+            glommio::spawn_local(
+                async move { super::client::send_cancel(&config, pid, key).await },
+            )
+            .detach();
+        }
+    }
+
+    /// Read replies, as the reader, until `mine` has some (or, for `None`, until no units
+    /// are left). Returns the connection to the pipe when done, also if dropped midway.
+    async fn read(self: &Rc<Self>, mine: Option<&Rc<Unit>>) {
+        let Some(conn) = self.conn.borrow_mut().take() else {
+            return;
+        };
+        let mut reading = Reading {
+            pipe: self.clone(),
+            conn: Some(conn),
+        };
+        let mut scratch = Vec::new();
+        loop {
+            let conn = reading.conn.as_mut().expect("held while reading");
+            let (stream, buf) = conn.own_io().expect("a pipe holds its connection whole");
+            let routed = route(&self.units, buf);
+            if routed.popped {
+                self.maybe_cancel();
+            }
+            if let Some(why) = routed.failed {
+                reading.conn = None;
+                self.fail(&why);
+                return;
+            }
+            match mine {
+                Some(unit) if unit.ready() => return,
+                None if self.units.borrow().is_empty() => return,
+                _ => {}
+            }
+            std::mem::swap(&mut scratch, &mut *self.outbox.borrow_mut());
+            if !scratch.is_empty() {
+                let sent = futures_lite::AsyncWriteExt::write_all(stream, &scratch).await;
+                scratch.clear();
+                if let Err(e) = sent {
+                    reading.conn = None;
+                    self.fail(&e.to_string());
+                    return;
+                }
+                continue;
+            }
+            let filled = futures_lite::future::or(async { Some(buf.fill(stream).await) }, async {
+                poll_fn(|cx| {
+                    if self.outbox.borrow().is_empty() {
+                        self.reader.set(Some(cx.waker().clone()));
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(())
+                    }
+                })
+                .await;
+                None
+            })
+            .await;
+            if let Some(Err(e)) = filled {
+                reading.conn = None;
+                self.fail(&e.to_string());
+                return;
+            }
+        }
+    }
+}
+
+/// Gives the connection back to the pipe when the reader stops, however it stops.
+struct Reading {
+    pipe: Rc<Pipe>,
+    conn: Option<ServerConn>,
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.pipe.failed.borrow().is_none() {
+                *self.pipe.conn.borrow_mut() = Some(conn);
+            }
+        }
+        self.pipe.kick();
+    }
+}
+
+/// A client's share of a pipe: the unit it submitted.
+pub struct Lease {
+    pipe: Rc<Pipe>,
+    unit: Option<Rc<Unit>>,
+}
+
+impl Lease {
+    pub fn new(pipe: Rc<Pipe>) -> Lease {
+        Lease { pipe, unit: None }
+    }
+
+    /// Queue `bytes` as this client's unit (written by the reader, at once if there is none).
+    pub fn submit(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let pipe = &self.pipe;
+        if let Some(why) = pipe.failed.borrow().as_ref() {
+            return Err(io::Error::other(why.clone()));
+        }
+        if pipe.retired.get() || self.unit.as_ref().is_some_and(|u| !u.done.get()) {
+            debug_assert!(false, "a unit was submitted to a retired pipe or twice");
+            return Err(io::Error::other("the shared upstream connection is gone"));
+        }
+        let owed = ready_for_query_count(bytes);
+        debug_assert!(owed > 0, "a unit ends with Sync or Query");
+        let unit = Rc::new(Unit::default());
+        unit.owed.set(owed);
+        pipe.units.borrow_mut().push_back(unit.clone());
+        pipe.taken.set(pipe.taken.get() + 1);
+        pipe.outbox.borrow_mut().extend_from_slice(bytes);
+        if let Some(w) = pipe.reader.take() {
+            w.wake();
+        }
+        self.unit = Some(unit);
+        Ok(())
+    }
+
+    /// Wait for more of this unit's replies and move them into `buf`.
+    pub async fn fill(&mut self, buf: &mut ReplyBuf) -> io::Result<()> {
+        let Some(unit) = self.unit.clone() else {
+            return Err(io::Error::other("nothing was sent"));
+        };
+        loop {
+            {
+                let mut replies = unit.replies.borrow_mut();
+                if !replies.is_empty() {
+                    buf.append(&replies);
+                    replies.clear();
+                    return Ok(());
+                }
+            }
+            if let Some(why) = unit.failed.borrow().as_ref() {
+                return Err(io::Error::other(why.clone()));
+            }
+            if unit.done.get() {
+                return Err(io::Error::other(
+                    "the server's replies are out of step (more expected than the unit had)",
+                ));
+            }
+            if self.pipe.conn.borrow().is_some() {
+                self.pipe.read(Some(&unit)).await;
+                continue;
+            }
+            poll_fn(|cx| {
+                if unit.ready() || self.pipe.conn.borrow().is_some() {
+                    Poll::Ready(())
+                } else {
+                    unit.waker.set(Some(cx.waker().clone()));
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
+    }
+
+    /// The client asked to cancel its statement: see the module doc.
+    pub fn cancel(&self) {
+        let Some(unit) = &self.unit else { return };
+        if unit.done.get() {
+            return;
+        }
+        self.pipe.joinable.set(false);
+        unit.cancel_wanted.set(true);
+        self.pipe.maybe_cancel();
+    }
+
+    /// The pipe failed for everyone (something this client's relay found out of step).
+    pub fn fail(&self, why: &str) {
+        self.pipe.fail(why);
+    }
+}
+
+impl Drop for Lease {
+    /// A unit not complete is abandoned: its replies are read and dropped.
+    fn drop(&mut self) {
+        if let Some(unit) = self.unit.take() {
+            if !unit.done.get() {
+                unit.abandoned.set(true);
+                unit.replies.borrow_mut().clear();
+                unit.cancel_wanted.set(false);
+            }
+        }
+        self.pipe.kick();
+    }
+}
+
+/// What [`route`] did.
+#[derive(Debug, Default)]
+struct Routed {
+    /// A unit completed.
+    popped: bool,
+    /// The pipe must fail.
+    failed: Option<String>,
+}
+
+/// Hand each complete reply in `buf` to the unit it belongs to: the head of `units`, until
+/// its last ReadyForQuery. A ReadyForQuery that is not `I`, a FATAL error, or a reply with no
+/// unit to take it fails the pipe.
+fn route(units: &RefCell<VecDeque<Rc<Unit>>>, buf: &mut ReplyBuf) -> Routed {
+    let mut routed = Routed::default();
+    loop {
+        let (tag, status, len) = match buf.frame() {
+            Ok(Some((frame, len))) => (frame.tag, frame.body.first().copied(), len),
+            Ok(None) => return routed,
+            Err(e) => {
+                routed.failed = Some(e.to_string());
+                return routed;
+            }
+        };
+        let Some(head) = units.borrow().front().cloned() else {
+            routed.failed = Some("the server sent a reply no unit asked for".into());
+            return routed;
+        };
+        let raw = &buf.data()[..len];
+        if tag == b'E' && super::session::is_fatal(raw) {
+            let body = raw.get(5..).unwrap_or_default();
+            routed.failed = Some(super::session::error_field(body, b'M').unwrap_or_default());
+            return routed;
+        }
+        if tag == b'Z' {
+            if status != Some(b'I') {
+                routed.failed = Some(LEFT_OPEN.into());
+                return routed;
+            }
+            head.owed.set(head.owed.get() - 1);
+        }
+        if !head.abandoned.get() {
+            head.replies.borrow_mut().extend_from_slice(raw);
+        }
+        buf.consume(len);
+        if head.owed.get() == 0 {
+            head.done.set(true);
+            units.borrow_mut().pop_front();
+            routed.popped = true;
+        }
+        head.wake();
+    }
+}
+
+/// How many ReadyForQuerys the server sends for `bytes` (one per Sync, Query, FunctionCall).
+fn ready_for_query_count(bytes: &[u8]) -> usize {
+    let mut rest = bytes;
+    let mut n = 0;
+    while let Ok(Some((frame, len))) = protocol::wire::split_frame(rest, usize::MAX) {
+        rest = &rest[len..];
+        n += usize::from(matches!(frame.tag, b'S' | b'Q' | b'F'));
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::backend;
+
+    fn unit(owed: usize) -> Rc<Unit> {
+        let u = Rc::new(Unit::default());
+        u.owed.set(owed);
+        u
+    }
+
+    /// Replies are a unit's own slice of the stream, in order, cut at its last
+    /// ReadyForQuery; an abandoned unit's replies are dropped.
+    #[test]
+    fn replies_go_to_their_unit_by_ready_for_query_count() {
+        let (a, b, c) = (unit(2), unit(1), unit(1));
+        b.abandoned.set(true);
+        let units = RefCell::new(VecDeque::from([a.clone(), b.clone(), c.clone()]));
+        let mut stream = Vec::new();
+        backend::write_command_complete(&mut stream, "SELECT 1");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::Idle);
+        backend::write_command_complete(&mut stream, "INSERT 0 1");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::Idle);
+        let a_len = stream.len();
+        backend::write_command_complete(&mut stream, "UPDATE 7");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::Idle);
+        let b_end = stream.len();
+        backend::write_command_complete(&mut stream, "DELETE 3");
+        let mut buf = ReplyBuf::default();
+        buf.append(&stream);
+        let routed = route(&units, &mut buf);
+        assert!(routed.popped && routed.failed.is_none());
+        assert_eq!(&a.replies.borrow()[..], &stream[..a_len]);
+        assert!(a.done.get() && b.done.get() && !c.done.get());
+        assert!(b.replies.borrow().is_empty());
+        assert_eq!(&c.replies.borrow()[..], &stream[b_end..]);
+        assert_eq!(units.borrow().len(), 1);
+    }
+
+    /// A ReadyForQuery `T` (a unit left a transaction open) fails the pipe before any reply
+    /// of a later unit is handed out.
+    #[test]
+    fn a_transaction_left_open_fails_the_pipe() {
+        let (a, b) = (unit(1), unit(1));
+        let units = RefCell::new(VecDeque::from([a.clone(), b.clone()]));
+        let mut stream = Vec::new();
+        backend::write_command_complete(&mut stream, "BEGIN");
+        backend::write_ready_for_query(&mut stream, backend::TransactionStatus::InBlock);
+        backend::write_command_complete(&mut stream, "SELECT 1");
+        let mut buf = ReplyBuf::default();
+        buf.append(&stream);
+        let routed = route(&units, &mut buf);
+        assert_eq!(routed.failed.as_deref(), Some(LEFT_OPEN));
+        assert!(!a.done.get() && b.replies.borrow().is_empty());
+    }
+
+    #[test]
+    fn ready_for_query_counts() {
+        let mut m = Vec::new();
+        protocol::frontend::encode_query(&mut m, "select 1");
+        protocol::frontend::encode_empty(&mut m, b'S');
+        protocol::frontend::encode_query(&mut m, "select 2");
+        assert_eq!(ready_for_query_count(&m), 3);
+    }
+}

@@ -1,0 +1,361 @@
+//! Upstream mode with pipelining (`--upstream-pipeline on`, the default): autocommit units of
+//! several clients share one upstream connection, each with its own Sync. One shard and a pool
+//! of one or two connections force the sharing; every test checks that each client gets
+//! exactly its own replies, errors and settings, as if it had PostgreSQL to itself.
+//! (Run with `RINGWIRE_IO=glommio` for the glommio socket path.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::client::{connect, connect_to, text_rows};
+use common::postgres::Postgres;
+use common::ringwire::Ringwire;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+
+fn start(pg: &Postgres, pool: &str, extra: &[&str]) -> Ringwire {
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let mut args = vec![
+        "--shards",
+        "1",
+        "--upstream",
+        &url,
+        "--upstream-pool-size",
+        pool,
+        "--upstream-pipeline-depth",
+        "16",
+    ];
+    if let Ok(level) = std::env::var("RINGWIRE_TEST_LOG_LEVEL") {
+        args.push("--log-level");
+        args.push(Box::leak(level.into_boxed_str()));
+    }
+    args.extend_from_slice(extra);
+    Ringwire::start(&args)
+}
+
+/// Give the pool's connections this client kind's settings: a connection whose settings
+/// differ runs one batch alone (and comes back with them), so without this the first units
+/// of a test would not share anything.
+async fn warm(rw: &Ringwire, connections: usize) {
+    let clients: Vec<Client> = futures_join(connections, |_| connect(rw)).await;
+    let mut tx = Vec::new();
+    for c in &clients {
+        // A transaction holds its connection: `connections` of them open `connections`.
+        c.batch_execute("begin; select 1").await.unwrap();
+        tx.push(c);
+    }
+    for c in tx {
+        c.batch_execute("commit").await.unwrap();
+    }
+}
+
+async fn futures_join<T, F, Fut>(n: usize, f: F) -> Vec<T>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        out.push(f(i).await);
+    }
+    out
+}
+
+/// Many clients at once, simple and extended protocol interleaved, each with results only it
+/// can expect (its number in every row, result sizes that differ per client): every reply
+/// reaches the client that asked, in order. Fails if the pipe hands a reply to the wrong unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_each_get_exactly_their_own_replies() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", &[]);
+    warm(&rw, 1).await;
+    let mut tasks = Vec::new();
+    for c in 0..24i32 {
+        let client = connect(&rw).await;
+        tasks.push(tokio::spawn(async move {
+            // The same text for every client: one upstream statement, shared.
+            let shared = client
+                .prepare("select $1::int4 * 1000 + $2::int4, repeat('x', $1::int4)")
+                .await
+                .unwrap();
+            for i in 0..40i32 {
+                let rows = text_rows(
+                    client
+                        .simple_query(&format!(
+                            "select {c}, {i}, g from generate_series(1, {c} + {i} % 3) g"
+                        ))
+                        .await
+                        .unwrap(),
+                );
+                assert_eq!(rows.len() as i32, c + i % 3, "client {c} round {i}");
+                for (k, row) in rows.iter().enumerate() {
+                    let want = [c.to_string(), i.to_string(), (k + 1).to_string()];
+                    let got: Vec<&str> = row.iter().map(|v| v.as_deref().unwrap()).collect();
+                    assert_eq!(got, want, "client {c} round {i}");
+                }
+                let row = client.query_one(&shared, &[&c, &i]).await.unwrap();
+                assert_eq!(row.get::<_, i32>(0), c * 1000 + i, "client {c} round {i}");
+                assert_eq!(row.get::<_, String>(1).len() as i32, c);
+                // A text only this client and round uses: a fresh Parse on the shared
+                // connection, then Bind/Execute, then Close.
+                let own = format!("select $1::text || '/{c}/{i}'");
+                let row = client
+                    .query_one(own.as_str(), &[&format!("c{c}")])
+                    .await
+                    .unwrap();
+                assert_eq!(row.get::<_, String>(0), format!("c{c}/{c}/{i}"));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// An error aborts only its own unit: clients whose statements fail (simple and extended)
+/// share the connection with clients whose statements succeed, and neither sees the other's
+/// outcome; the failing clients go on normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_in_one_unit_leaves_the_other_units_alone() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", &[]);
+    warm(&rw, 1).await;
+    let mut tasks = Vec::new();
+    for c in 0..16i32 {
+        let client = connect(&rw).await;
+        tasks.push(tokio::spawn(async move {
+            let divide = client.prepare("select 100 / $1::int4").await.unwrap();
+            for i in 0..40i32 {
+                let failing = (c + i) % 2 == 0;
+                let divisor = if failing { 0 } else { c + 1 };
+                match client.query_one(&divide, &[&divisor]).await {
+                    Ok(row) if !failing => assert_eq!(row.get::<_, i32>(0), 100 / (c + 1)),
+                    Err(e) if failing => {
+                        assert_eq!(e.code(), Some(&SqlState::DIVISION_BY_ZERO), "{e}")
+                    }
+                    other => panic!("client {c} round {i}: {other:?}"),
+                }
+                let simple = client
+                    .simple_query(&format!("select {c} / {divisor}, {i}"))
+                    .await;
+                match simple {
+                    Ok(m) if !failing => {
+                        let rows = text_rows(m);
+                        assert_eq!(rows[0][0].as_deref(), Some(&*((c / divisor).to_string())));
+                        assert_eq!(rows[0][1].as_deref(), Some(&*i.to_string()));
+                    }
+                    Err(e) if failing => {
+                        assert_eq!(e.code(), Some(&SqlState::DIVISION_BY_ZERO), "{e}")
+                    }
+                    other => panic!("client {c} round {i}: {other:?}"),
+                }
+            }
+            // Still in a clean session: autocommit, nothing aborted.
+            let rows = text_rows(client.simple_query("select 1").await.unwrap());
+            assert_eq!(rows[0][0].as_deref(), Some("1"));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Clients with different settings (search_path, TimeZone) never share a pipelined
+/// connection: each sees its own tables and time zone, and a client with default settings
+/// afterwards sees none of theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_with_different_settings_never_share_a_connection() {
+    let pg = Postgres::start();
+    let setup = connect_to(&pg.connection_string()).await;
+    setup
+        .batch_execute(
+            "create schema s1; create schema s2;
+             create table s1.t (v text); insert into s1.t values ('one');
+             create table s2.t (v text); insert into s2.t values ('two');",
+        )
+        .await
+        .unwrap();
+    let rw = start(&pg, "2", &[]);
+    let mut tasks = Vec::new();
+    for c in 0..12usize {
+        let client = connect(&rw).await;
+        tasks.push(tokio::spawn(async move {
+            let (schema, value, zone) = match c % 3 {
+                0 => ("s1", "one", "UTC"),
+                1 => ("s2", "two", "Asia/Tokyo"),
+                _ => ("s1", "one", "America/Sao_Paulo"),
+            };
+            client
+                .batch_execute(&format!(
+                    "set search_path = {schema}; set timezone = '{zone}'"
+                ))
+                .await
+                .unwrap();
+            let prepared = client
+                .prepare("select v, current_setting('TimeZone') from t")
+                .await
+                .unwrap();
+            for i in 0..30 {
+                let row = client.query_one(&prepared, &[]).await.unwrap();
+                assert_eq!(
+                    (
+                        row.get::<_, String>(0).as_str(),
+                        row.get::<_, String>(1).as_str()
+                    ),
+                    (value, zone),
+                    "client {c} round {i}"
+                );
+                let rows = text_rows(
+                    client
+                        .simple_query("select v, current_setting('search_path') from t")
+                        .await
+                        .unwrap(),
+                );
+                assert_eq!(rows[0][0].as_deref(), Some(value), "client {c} round {i}");
+                assert_eq!(rows[0][1].as_deref(), Some(schema), "client {c} round {i}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let fresh = connect(&rw).await;
+    let rows = text_rows(
+        fresh
+            .simple_query("select current_setting('search_path'), current_setting('TimeZone')")
+            .await
+            .unwrap(),
+    );
+    let direct = text_rows(
+        setup
+            .simple_query("select current_setting('search_path'), current_setting('TimeZone')")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(rows, direct);
+}
+
+/// A client that goes away while its unit is in flight on the shared connection: its replies
+/// are dropped, the units of the others (before and after it) are answered, and the
+/// connection serves on (a pool of one: had it been lost or left out of step, nothing would
+/// run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_mid_unit_costs_the_others_nothing() {
+    use common::wire::{read_messages, simple_query, startup_message};
+    use tokio::io::AsyncWriteExt;
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", &[]);
+    warm(&rw, 1).await;
+    for round in 0..3 {
+        let before = connect(&rw).await;
+        let after = connect(&rw).await;
+        let mut raw = tokio::net::TcpStream::connect(rw.addr()).await.unwrap();
+        raw.write_all(&startup_message(&[("user", "postgres")]))
+            .await
+            .unwrap();
+        let hello = read_messages(&mut raw).await;
+        assert_eq!(hello.last().map(|m| m.0), Some(b'Z'));
+        let slow = tokio::spawn(async move {
+            before
+                .simple_query("select pg_sleep(0.4), 'before'")
+                .await
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Queued behind `before`, with a result big enough to need several reads; then gone.
+        raw.write_all(&simple_query(
+            "select g, repeat('y', 100) from generate_series(1, 5000) g",
+        ))
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(raw);
+        let rows = text_rows(
+            after
+                .simple_query(&format!("select 'after', {round}"))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(rows[0][0].as_deref(), Some("after"));
+        assert_eq!(rows[0][1].as_deref(), Some(&*round.to_string()));
+        let rows = text_rows(slow.await.unwrap());
+        assert_eq!(rows[0][1].as_deref(), Some("before"));
+    }
+    let c = connect(&rw).await;
+    let rows = text_rows(c.simple_query("select 42").await.unwrap());
+    assert_eq!(rows[0][0].as_deref(), Some("42"));
+}
+
+/// Cancel on a shared connection. A cancel for a unit queued behind another client's is
+/// held until that unit runs alone, then sent: the queued statement is cancelled, the one
+/// ahead of it is not. A cancel for a unit that has another client's unit behind it is
+/// withdrawn: the signal could land on the other client's statement, so neither is
+/// cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_of_a_queued_unit_hits_only_its_own_statement() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", &[]);
+    warm(&rw, 1).await;
+    // Cancel the second of two units on the pipe.
+    let first = connect(&rw).await;
+    let second = connect(&rw).await;
+    let token = second.cancel_token();
+    let started = Instant::now();
+    let a = tokio::spawn(async move { first.simple_query("select pg_sleep(1), 'a'").await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let b = tokio::spawn(async move { second.simple_query("select pg_sleep(3), 'b'").await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let a = a.await.unwrap().expect("the unit ahead is not cancelled");
+    assert_eq!(text_rows(a)[0][1].as_deref(), Some("a"));
+    let err = b.await.unwrap().expect_err("the queued unit is cancelled");
+    assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED), "{err}");
+    // Cancelled once it ran alone, not after its 3 s.
+    assert!(
+        started.elapsed() < Duration::from_millis(2800),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Cancel the first of two: withdrawn, both complete.
+    let first = connect(&rw).await;
+    let second = connect(&rw).await;
+    let token = first.cancel_token();
+    // (Generous pauses: on a loaded machine `second`'s unit must be queued before the cancel,
+    // or `first` runs alone and its cancel is rightly sent.)
+    let a = tokio::spawn(async move { first.simple_query("select pg_sleep(3), 'a'").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = tokio::spawn(async move { second.simple_query("select pg_sleep(0.3), 'b'").await });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let a = a.await.unwrap().expect("withdrawn: not cancelled");
+    assert_eq!(text_rows(a)[0][1].as_deref(), Some("a"));
+    let b = b
+        .await
+        .unwrap()
+        .expect("another client's unit is never hit");
+    assert_eq!(text_rows(b)[0][1].as_deref(), Some("b"));
+}
+
+/// `--upstream-pipeline off` keeps every batch on a connection of its own, and the same
+/// workload gives the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelining_off_still_answers_everyone() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "2", &["--upstream-pipeline", "off"]);
+    let mut tasks = Vec::new();
+    for c in 0..8i32 {
+        let client = connect(&rw).await;
+        tasks.push(tokio::spawn(async move {
+            let s = client.prepare("select $1::int4 + 1").await.unwrap();
+            for i in 0..20i32 {
+                let row = client.query_one(&s, &[&(c * 100 + i)]).await.unwrap();
+                assert_eq!(row.get::<_, i32>(0), c * 100 + i + 1);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
