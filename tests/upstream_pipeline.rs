@@ -359,3 +359,129 @@ async fn pipelining_off_still_answers_everyone() {
         t.await.unwrap();
     }
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A raw session (the same startup for every one, so all share one settings fingerprint).
+async fn raw_session(rw: &Ringwire, recv_buffer: Option<u32>) -> tokio::net::TcpStream {
+    use common::wire::{read_messages, startup_message};
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(bytes) = recv_buffer {
+        socket.set_recv_buffer_size(bytes).unwrap();
+    }
+    let mut stream = socket.connect(rw.addr().parse().unwrap()).await.unwrap();
+    stream
+        .write_all(&startup_message(&[
+            ("user", "postgres"),
+            ("database", "postgres"),
+        ]))
+        .await
+        .unwrap();
+    let ready = read_messages(&mut stream).await;
+    assert_eq!(ready.last().map(|m| m.0), Some(b'Z'));
+    stream
+}
+
+/// `select N + 1` on a raw session: the one value it returns.
+async fn raw_select(mut stream: tokio::net::TcpStream, n: i32) -> i32 {
+    use common::wire::{read_messages, simple_query};
+    use tokio::io::AsyncWriteExt;
+    stream
+        .write_all(&simple_query(&format!("select {n} + 1")))
+        .await
+        .unwrap();
+    let replies = read_messages(&mut stream).await;
+    let row = replies.iter().find(|m| m.0 == b'D').expect("a row");
+    let len = i32::from_be_bytes(row.1[2..6].try_into().unwrap()) as usize;
+    std::str::from_utf8(&row.1[6..6 + len])
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A client that asks for a 100 MB result on a shared connection and does not read it, while
+/// other clients' units queue behind it on that connection: ringwire holds at most about a
+/// megabyte of the result (PostgreSQL blocks on its send instead) and the pipe takes no new
+/// units, so clients that come later are served on the other connection. The units queued
+/// behind the unread result wait for it (the price of sharing a connection); once the client
+/// reads, it gets the whole result and they get theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
+    use common::wire::simple_query;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pg = Postgres::start();
+    let rw = start(&pg, "2", &[]);
+    // Both pool connections get the raw sessions' settings.
+    for _ in 0..2 {
+        assert_eq!(raw_select(raw_session(&rw, None).await, 1).await, 2);
+    }
+    let mut slow = raw_session(&rw, Some(16 << 10)).await;
+    let before = rss_kib(rw.pid());
+    const ROWS: usize = 100_000;
+    slow.write_all(&simple_query(&format!(
+        "select repeat('x', 1000) from generate_series(1, {ROWS})"
+    )))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // These join the slow client's pipe; the one that reads finds the unread result.
+    let mut queued = Vec::new();
+    for i in 0..2 {
+        let s = raw_session(&rw, None).await;
+        queued.push(tokio::spawn(raw_select(s, 100 + i)));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let grown_mib = (rss_kib(rw.pid()).saturating_sub(before)) / 1024;
+    assert!(
+        grown_mib < 32,
+        "a client that does not read a 100 MB result grew ringwire by {grown_mib} MiB"
+    );
+    // Later clients go to the other connection.
+    let later = tokio::time::timeout(Duration::from_secs(20), async {
+        for i in 0..4 {
+            let s = raw_session(&rw, None).await;
+            assert_eq!(raw_select(s, i).await, i + 1);
+        }
+    })
+    .await;
+    assert!(
+        later.is_ok(),
+        "clients that came later were stuck behind the unread result"
+    );
+    // The slow client reads now and gets every row and its tag; the queued units finish.
+    let mut bytes = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut tail = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "the result never finished");
+        let n = slow.read(&mut buf).await.unwrap();
+        assert!(n > 0, "ringwire closed the slow client");
+        bytes += n;
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 64 {
+            tail.drain(..tail.len() - 64);
+        }
+        if tail.ends_with(&[b'Z', 0, 0, 0, 5, b'I']) {
+            break;
+        }
+    }
+    assert!(bytes > ROWS * 1000, "{bytes} bytes");
+    let tag = format!("SELECT {ROWS}\0");
+    assert!(
+        tail.windows(tag.len()).any(|w| w == tag.as_bytes()),
+        "no SELECT {ROWS} tag at the end"
+    );
+    for (i, q) in queued.into_iter().enumerate() {
+        let v = tokio::time::timeout(Duration::from_secs(20), q)
+            .await
+            .expect("a queued unit never finished")
+            .unwrap();
+        assert_eq!(v, 101 + i as i32);
+    }
+}

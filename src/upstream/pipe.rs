@@ -29,6 +29,14 @@
 //! done; one for a unit that has other units behind it is withdrawn (never sent): the signal
 //! could land on a unit of another client.
 //!
+//! **A slow client's large result.** Replies routed to a unit wait in memory until its client
+//! takes them. So that a client that reads slowly (or not at all) cannot make ringwire buffer
+//! a whole large result, a unit holds at most [`UNIT_BUFFER_BYTES`]: past that the reader stops
+//! reading the connection until the unit's client has taken its replies, and the pipe takes no
+//! new units. PostgreSQL then blocks on its send, as it would for that client on a connection
+//! of its own. The units already queued behind it wait too (they are on the same connection,
+//! after that result): the price of sharing, bounded by the pipe's depth.
+//!
 //! The pipe gives its connection back to the shard's pool when its last unit is done.
 
 use std::cell::{Cell, RefCell};
@@ -55,6 +63,9 @@ pub struct Unit {
     abandoned: Cell<bool>,
     /// The client asked to cancel; sent when this unit runs alone (see the module doc).
     cancel_wanted: Cell<bool>,
+    /// The reader, waiting for this unit's client to take its replies (they reached
+    /// [`UNIT_BUFFER_BYTES`]).
+    drained: Cell<Option<Waker>>,
 }
 
 impl Unit {
@@ -62,6 +73,18 @@ impl Unit {
         if let Some(w) = self.waker.take() {
             w.wake();
         }
+    }
+
+    /// The client took the replies (or went away): a reader held back by them may go on.
+    fn wake_reader(&self) {
+        if let Some(w) = self.drained.take() {
+            w.wake();
+        }
+    }
+
+    /// The reader must wait for this unit's client before reading more.
+    fn full(&self) -> bool {
+        !self.abandoned.get() && self.replies.borrow().len() >= UNIT_BUFFER_BYTES
     }
 
     fn ready(&self) -> bool {
@@ -99,6 +122,9 @@ pub struct Pipe {
 /// and its connection goes to the first of them. Bounds their wait to this many units' worth
 /// of work (and keeps pipelining on when the pool is exhausted, unlike stopping at once).
 const UNITS_WHILE_OTHERS_WAIT: usize = 256;
+
+/// Replies a unit may hold for its client before the reader stops reading (module doc).
+pub const UNIT_BUFFER_BYTES: usize = 1 << 20;
 
 /// What a ReadyForQuery other than `I` on a shared connection does to its units.
 const LEFT_OPEN: &str = "a statement left a transaction open on a shared upstream connection; \
@@ -208,6 +234,7 @@ impl Pipe {
         for u in units {
             *u.failed.borrow_mut() = Some(why.to_string());
             u.wake();
+            u.wake_reader();
         }
     }
 
@@ -252,6 +279,26 @@ impl Pipe {
                 Some(unit) if unit.ready() => return,
                 None if self.units.borrow().is_empty() => return,
                 _ => {}
+            }
+            // Another client's unit holds a full buffer: read nothing more until it drains
+            // (module doc), and let no new unit queue behind it meanwhile.
+            let head = self.units.borrow().front().cloned();
+            if let Some(head) = head.filter(|h| h.full()) {
+                self.joinable.set(false);
+                poll_fn(|cx| {
+                    if !head.full() || self.failed.borrow().is_some() {
+                        Poll::Ready(())
+                    } else {
+                        head.drained.set(Some(cx.waker().clone()));
+                        Poll::Pending
+                    }
+                })
+                .await;
+                if self.failed.borrow().is_some() {
+                    reading.conn = None;
+                    return;
+                }
+                continue;
             }
             std::mem::swap(&mut scratch, &mut *self.outbox.borrow_mut());
             if !scratch.is_empty() {
@@ -349,6 +396,8 @@ impl Lease {
                 if !replies.is_empty() {
                     buf.append(&replies);
                     replies.clear();
+                    drop(replies);
+                    unit.wake_reader();
                     return Ok(());
                 }
             }
@@ -401,6 +450,7 @@ impl Drop for Lease {
                 unit.abandoned.set(true);
                 unit.replies.borrow_mut().clear();
                 unit.cancel_wanted.set(false);
+                unit.wake_reader();
             }
         }
         self.pipe.kick();
