@@ -397,29 +397,49 @@ async fn tls_rules_and_channel_binding_match_postgres() {
         "user=alice password=s3cret sslmode=require channel_binding=disable",
         "user=alice password=s3cret sslmode=disable",
     ];
+    // The matrix is not trivially equal: 5 connect, 4 fail in 4 different ways.
+    same_outcomes_as_postgres(
+        (pg.port, rw.port),
+        "",
+        &cases.map(String::from),
+        5,
+        &[
+            (1, "no encryption"),
+            (2, "SSL encryption"),
+            (5, "channel binding required, but SSL not in use"),
+            (6, "password authentication failed"),
+        ],
+    );
+}
+
+/// psql with each case (after `host=127.0.0.1 port=… dbname=postgres {common}`) against
+/// PostgreSQL and ringwire, `ports` in that order: the outcomes must be equal. So that the
+/// comparison is not trivially true, `oks` of the cases must connect and case `i`'s outcome
+/// must contain its needle.
+fn same_outcomes_as_postgres(
+    ports: (u16, u16),
+    common: &str,
+    cases: &[String],
+    oks: usize,
+    needles: &[(usize, &str)],
+) {
     let mut outcomes = Vec::new();
     for case in cases {
         let on = |port: u16| {
             outcome(&format!(
-                "host=127.0.0.1 port={port} dbname=postgres {case}"
+                "host=127.0.0.1 port={port} dbname=postgres {common} {case}"
             ))
         };
-        let (want, got) = (on(pg.port), on(rw.port));
+        let (want, got) = (on(ports.0), on(ports.1));
         assert_eq!(got, want, "{case}");
         outcomes.push(got);
     }
-    // The matrix is not trivially equal: 5 connect, 4 fail in 4 different ways.
     assert_eq!(
         outcomes.iter().filter(|o| *o == "ok").count(),
-        5,
+        oks,
         "{outcomes:#?}"
     );
-    for (i, needle) in [
-        (1, "no encryption"),
-        (2, "SSL encryption"),
-        (5, "channel binding required, but SSL not in use"),
-        (6, "password authentication failed"),
-    ] {
+    for &(i, needle) in needles {
         assert!(
             outcomes[i].contains(needle),
             "{}: {}",
@@ -483,36 +503,19 @@ async fn client_certificates_match_postgres() {
         "user=frank".to_string(),
         format!("user=frank {alice}"),
     ];
-    let mut outcomes = Vec::new();
-    for case in &cases {
-        let on = |port: u16| {
-            outcome(&format!(
-                "host=127.0.0.1 port={port} dbname=postgres sslmode=require {case}"
-            ))
-        };
-        let (want, got) = (on(pg.port), on(rw.port));
-        assert_eq!(got, want, "{case}");
-        outcomes.push(got);
-    }
-    assert_eq!(
-        outcomes.iter().filter(|o| *o == "ok").count(),
+    same_outcomes_as_postgres(
+        (pg.port, rw.port),
+        "sslmode=require",
+        &cases,
         5,
-        "{outcomes:#?}"
+        &[
+            (1, "certificate authentication failed for user \"alice\""),
+            (2, "connection requires a valid client certificate"),
+            (3, "certificate authentication failed for user \"alice\""),
+            (5, "password authentication failed for user \"carol\""),
+            (10, "\"trust\" authentication failed for user \"erin\""),
+        ],
     );
-    for (i, needle) in [
-        (1, "certificate authentication failed for user \"alice\""),
-        (2, "connection requires a valid client certificate"),
-        (3, "certificate authentication failed for user \"alice\""),
-        (5, "password authentication failed for user \"carol\""),
-        (10, "\"trust\" authentication failed for user \"erin\""),
-    ] {
-        assert!(
-            outcomes[i].contains(needle),
-            "{}: {}",
-            cases[i],
-            outcomes[i]
-        );
-    }
     // A certificate from another CA fails the handshake itself, on both servers (OpenSSL and
     // rustls word the alert differently, so only the failure is compared).
     for port in [pg.port, rw.port] {
