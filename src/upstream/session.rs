@@ -556,6 +556,17 @@ impl Session {
         self.shard.release(server);
     }
 
+    /// No transaction, nothing pinned, no COPY, nothing skipped, awaited or pending: a batch
+    /// that starts now may go to a connection other than the session's own (a replica, a pipe).
+    fn idle_and_unpinned(&self) -> bool {
+        self.tx == b'I'
+            && !self.pinned
+            && !self.copy_in
+            && !self.skip_until_sync
+            && self.expect.is_empty()
+            && self.pending_sets.is_empty()
+    }
+
     /// Whether this batch may share a pipelined connection with other clients' units, and
     /// the upstream statements it relies on. Only a self-contained autocommit unit: the
     /// session idle before it (no transaction, nothing outstanding or pinned, no SET pending,
@@ -567,12 +578,7 @@ impl Session {
     /// of its own.
     fn pipelinable(&self, frames: &[u8]) -> Option<UnitNeeds> {
         if !self.shard.pipelines()
-            || self.tx != b'I'
-            || self.pinned
-            || self.copy_in
-            || self.skip_until_sync
-            || !self.expect.is_empty()
-            || !self.pending_sets.is_empty()
+            || !self.idle_and_unpinned()
             || self.commit_unrecorded
             || self.lsn_outstanding > 0
         {
@@ -651,12 +657,7 @@ impl Session {
     /// outstanding; then the oracle decides (see [`ShardUpstream::replica_for`]).
     async fn pick_replica(&self, frames: &[u8]) -> Option<usize> {
         if self.shard.replicas.is_empty()
-            || self.tx != b'I'
-            || self.pinned
-            || self.copy_in
-            || self.skip_until_sync
-            || !self.expect.is_empty()
-            || !self.pending_sets.is_empty()
+            || !self.idle_and_unpinned()
             // A commit whose position is not known yet (see `commit_unrecorded`): this batch
             // goes to the primary, which learns it at its end.
             || self.wrote
