@@ -134,6 +134,9 @@ struct PortalScan {
     cursor: ScanCursor,
     read: ReadSpec,
     hold: Option<SnapshotHold>,
+    /// The statement's timestamp (now(), statement_timestamp()) taken at its first Execute:
+    /// every later Execute of the portal evaluates with it, whatever ran in between.
+    statement_timestamp_us: i64,
 }
 
 pub struct Session {
@@ -1590,9 +1593,12 @@ impl Frontend {
                 cursor: ScanCursor::default(),
                 read,
                 hold: None,
+                statement_timestamp_us: cx.session.statement_timestamp_us,
             });
         }
         let scan = portal.scan.as_mut().expect("set above");
+        // A resumed portal continues its statement: its rows see that statement's now().
+        cx.session.statement_timestamp_us = scan.statement_timestamp_us;
         let from = scan.cursor.produced;
         let pause_at = if max_rows == 0 {
             u64::MAX

@@ -793,3 +793,44 @@ fn a_table_rebuilt_under_a_paused_result_ends_it_with_40001() {
         wait_for_versions(rw, WIDE_ROWS as i64, label, "after the failed result");
     }
 }
+
+/// A portal fetched in pieces keeps its statement's `now()`: another statement run between
+/// two Executes does not move the rows of the later pieces (they used to take the timestamp
+/// of whatever statement ran last).
+#[test]
+fn a_resumed_portal_keeps_its_statements_now() {
+    let rw = Ringwire::start(&["--shards", "1"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = common::client::connect(&rw).await;
+        let values: Vec<String> = (1..=40).map(|i| format!("({i})")).collect();
+        c.batch_execute(&format!(
+            "create table stamps (id int4); insert into stamps values {}",
+            values.join(",")
+        ))
+        .await
+        .unwrap();
+        let tx = c.transaction().await.unwrap();
+        let portal = tx
+            .bind("select id, statement_timestamp()::text from stamps", &[])
+            .await
+            .unwrap();
+        let mut stamps = std::collections::HashSet::new();
+        for _ in 0..4 {
+            for row in tx.query_portal(&portal, 10).await.unwrap() {
+                stamps.insert(row.get::<_, String>(1));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tx.simple_query("select 1").await.unwrap();
+        }
+        assert_eq!(
+            stamps.len(),
+            1,
+            "the portal's rows saw several timestamps: {stamps:?}"
+        );
+        tx.commit().await.unwrap();
+    });
+}
