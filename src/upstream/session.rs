@@ -373,7 +373,8 @@ impl Session {
         let Some(mut server) = self.server.take() else {
             return;
         };
-        let clean = self.expect.is_empty() && !self.copy_in;
+        // A server skipping messages until a Sync the client never sent is not clean either.
+        let clean = self.expect.is_empty() && !self.copy_in && !self.skip_until_sync;
         if clean && self.tx == b'I' && !self.pinned {
             self.shard.release(server);
         } else if clean && !self.pinned && matches!(server.link, Link::Own(_)) {
@@ -489,7 +490,15 @@ impl Session {
             self.run_batch(frames, cancel, out, client).await?;
         }
         self.replica_read = None;
-        if self.expect.is_empty() && !self.copy_in && self.tx == b'I' && !self.pinned {
+        // After an extended-protocol error with no Sync sent yet, the server skips everything
+        // until this client's Sync: the connection stays with this client until then (given
+        // back, another client's statements would be skipped).
+        if self.expect.is_empty()
+            && !self.copy_in
+            && !self.skip_until_sync
+            && self.tx == b'I'
+            && !self.pinned
+        {
             if let Some(server) = self.server.take() {
                 self.give_back(server);
             }
@@ -599,10 +608,21 @@ impl Session {
         let mut parsed: [&str; UNIT_STATEMENTS_MAX] = [""; UNIT_STATEMENTS_MAX];
         let mut n_parsed = 0;
         let mut last = 0;
+        // An extended-protocol message not yet closed by a Sync: a Query after it would be
+        // skipped by the server after an error, together with every later unit on the
+        // connection up to another client's Sync (their replies would then go to the wrong
+        // clients). Such a batch runs on a connection of its own.
+        let mut open_extended = false;
         let mut rest = frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
             last = frame.tag;
+            match frame.tag {
+                b'S' => open_extended = false,
+                b'Q' if open_extended => return None,
+                b'Q' => {}
+                _ => open_extended = true,
+            }
             let uses = |name: &str, needs: &mut UnitNeeds| -> Option<()> {
                 if parsed[..n_parsed].contains(&name) {
                     return Some(());
