@@ -143,9 +143,9 @@ struct Cli {
 
     /// Upstream mode: pipeline independent autocommit statements of different clients (same
     /// settings) onto one upstream connection, each with its own Sync; see
-    /// docs/ARCHITECTURE.md, "Pipelining several clients onto one connection". `off`: every
-    /// batch holds a connection of its own.
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    /// docs/ARCHITECTURE.md, "Pipelining several clients onto one connection", including the
+    /// hazards that keep it off by default. `off`: every batch holds a connection of its own.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
     upstream_pipeline: OnOff,
 
     /// Upstream mode: most clients' statements in flight at once on one pipelined upstream
