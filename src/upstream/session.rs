@@ -708,10 +708,20 @@ impl Session {
                 .unwrap_or(false)
         };
         let mut last = 0;
+        // A Query behind extended-protocol messages before a Sync: after an error the server
+        // skips to a Sync the client sends later, and the session keeps its connection until
+        // then; a replica connection is never kept past a batch, so the primary takes it.
+        let mut open_extended = false;
         let mut rest = frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
             last = frame.tag;
+            match frame.tag {
+                b'S' => open_extended = false,
+                b'Q' if open_extended => return false,
+                b'Q' => {}
+                _ => open_extended = true,
+            }
             let ok = match FrontendMessage::parse(frame) {
                 Ok(FrontendMessage::Query { sql }) => read_only(sql),
                 Ok(FrontendMessage::Parse { name, sql, .. }) if n_parsed < parsed.len() => {
