@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::postgres::Postgres;
-use common::ringwire::Ringwire;
+use common::ringwire::{rss_kib, Ringwire};
 use protocol::frontend;
 use sha2::{Digest, Sha256};
 
@@ -313,16 +313,6 @@ fn versions(rw: &Ringwire, table: &str) -> i64 {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
 }
 
 /// The three read paths of a ringwire server with two shards: (label, server index, shard).

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::postgres::Postgres;
-use common::ringwire::Ringwire;
+use common::ringwire::{rss_kib, Ringwire};
 use common::wire::{self, read_messages, simple_query};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -1118,16 +1118,6 @@ async fn a_client_that_stalls_in_the_handshake_is_cut_off() {
             "direct={direct}: cut off after {after:?}"
         );
     }
-}
-
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

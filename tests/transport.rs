@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::ringwire::Ringwire;
+use common::ringwire::{rss_kib, Ringwire};
 use protocol::frontend;
 use tokio_postgres::NoTls;
 
@@ -246,16 +246,6 @@ fn reset_on_close(stream: &TcpStream) {
         )
     };
     assert_eq!(r, 0, "setsockopt SO_LINGER");
-}
-
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
 }
 
 #[test]

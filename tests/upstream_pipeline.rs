@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::client::{connect, connect_to, text_rows};
 use common::postgres::Postgres;
-use common::ringwire::Ringwire;
+use common::ringwire::{rss_kib, Ringwire};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
@@ -362,12 +362,6 @@ async fn pipelining_off_still_answers_everyone() {
     for t in tasks {
         t.await.unwrap();
     }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// A raw session (the same startup for every one, so all share one settings fingerprint).

@@ -161,3 +161,13 @@ impl Drop for Ringwire {
         let _ = self.child.wait();
     }
 }
+
+/// The resident set size of process `pid`, in KiB (`VmRSS` of /proc/PID/status).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
