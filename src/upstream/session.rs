@@ -608,20 +608,15 @@ impl Session {
         let mut parsed: [&str; UNIT_STATEMENTS_MAX] = [""; UNIT_STATEMENTS_MAX];
         let mut n_parsed = 0;
         let mut last = 0;
-        // An extended-protocol message not yet closed by a Sync: a Query after it would be
-        // skipped by the server after an error, together with every later unit on the
-        // connection up to another client's Sync (their replies would then go to the wrong
-        // clients). Such a batch runs on a connection of its own.
-        let mut open_extended = false;
+        // Shared, this would skip other clients' units (see `UnsyncedQuery`): it runs on a
+        // connection of its own.
+        let mut unsynced = UnsyncedQuery::default();
         let mut rest = frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
             last = frame.tag;
-            match frame.tag {
-                b'S' => open_extended = false,
-                b'Q' if open_extended => return None,
-                b'Q' => {}
-                _ => open_extended = true,
+            if unsynced.follows(frame.tag) {
+                return None;
             }
             let uses = |name: &str, needs: &mut UnitNeeds| -> Option<()> {
                 if parsed[..n_parsed].contains(&name) {
@@ -708,19 +703,15 @@ impl Session {
                 .unwrap_or(false)
         };
         let mut last = 0;
-        // A Query behind extended-protocol messages before a Sync: after an error the server
-        // skips to a Sync the client sends later, and the session keeps its connection until
-        // then; a replica connection is never kept past a batch, so the primary takes it.
-        let mut open_extended = false;
+        // The session may have to keep its connection past this batch (see `UnsyncedQuery`);
+        // a replica connection is never kept past a batch, so the primary takes it.
+        let mut unsynced = UnsyncedQuery::default();
         let mut rest = frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
             last = frame.tag;
-            match frame.tag {
-                b'S' => open_extended = false,
-                b'Q' if open_extended => return false,
-                b'Q' => {}
-                _ => open_extended = true,
+            if unsynced.follows(frame.tag) {
+                return false;
             }
             let ok = match FrontendMessage::parse(frame) {
                 Ok(FrontendMessage::Query { sql }) => read_only(sql),
@@ -1627,6 +1618,27 @@ fn data_row_text(raw: &[u8]) -> Option<&str> {
     let len = i32::from_be_bytes(body.get(2..6)?.try_into().ok()?);
     let len = usize::try_from(len).ok()?;
     std::str::from_utf8(body.get(6..6 + len)?).ok()
+}
+
+/// Watches a batch message by message for a simple Query behind extended-protocol messages
+/// not yet closed by a Sync. After an error in those, the server skips everything up to the
+/// next Sync — that Query included, and whatever follows on the connection until a Sync the
+/// client may send only later.
+#[derive(Default)]
+struct UnsyncedQuery {
+    open_extended: bool,
+}
+
+impl UnsyncedQuery {
+    /// Feed the next message's tag; true if it is such a Query.
+    fn follows(&mut self, tag: u8) -> bool {
+        match tag {
+            b'S' => self.open_extended = false,
+            b'Q' => return self.open_extended,
+            _ => self.open_extended = true,
+        }
+        false
+    }
 }
 
 /// The batch has Parse or Close messages (which change the client's statement names).
