@@ -547,7 +547,7 @@ fn a_paused_result_reads_one_snapshot_and_releases_it() {
             versions(rw, "wide") > now_live,
             "{label}: the hold was not taken"
         );
-        reset_on_close(&gone.stream);
+        common::wire::reset_on_close(&gone.stream);
         drop(gone);
         wait_for_versions(rw, now_live, label, "after the reader vanished");
     }
@@ -566,26 +566,6 @@ fn wait_for_versions(rw: &Ringwire, live: i64, label: &str, when: &str) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Make close() send a reset instead of a FIN (SO_LINGER with a zero timeout).
-fn reset_on_close(stream: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: passes a valid linger struct of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt SO_LINGER");
 }
 
 /// statement_timeout and a CancelRequest end a result that is being sent between chunks:

@@ -228,26 +228,6 @@ impl Raw {
     }
 }
 
-/// Make close() send a reset instead of a FIN (SO_LINGER with a zero timeout).
-fn reset_on_close(stream: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: passes a valid linger struct of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt SO_LINGER");
-}
-
 #[test]
 fn many_megabyte_replies_stream_whole_and_slow_readers_get_backpressure() {
     let mut rw = Ringwire::start(&["--shards", "1"]);
@@ -325,7 +305,7 @@ fn many_megabyte_replies_stream_whole_and_slow_readers_get_backpressure() {
     flood.join().unwrap();
     // Resetting the others mid-reply ends only their connections.
     for c in stalled {
-        reset_on_close(&c.stream);
+        common::wire::reset_on_close(&c.stream);
         drop(c);
     }
     std::thread::sleep(Duration::from_millis(500));

@@ -61,3 +61,23 @@ pub async fn is_closed<R: AsyncRead + Unpin>(stream: &mut R) -> bool {
     let mut byte = [0u8; 1];
     matches!(stream.read(&mut byte).await, Ok(0) | Err(_))
 }
+
+/// Make close() send a reset instead of a FIN (SO_LINGER with a zero timeout).
+pub fn reset_on_close(stream: &std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: passes a valid linger struct of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt SO_LINGER");
+}
