@@ -72,7 +72,7 @@ wait $bench
 perf script -i "$out/perf.data" 2>/dev/null | inferno-collapse-perf > "$out/collapsed.txt"
 inferno-flamegraph < "$out/collapsed.txt" > "$out/flamegraph.svg"
 perf report -i "$out/perf.data" --no-children --sort symbol --stdio 2>/dev/null \
-    | grep -E '^\s+[0-9.]+%' | head -20 > "$out/top20.txt"
+    | grep -E '^\s+[0-9.]+%' | head -20 > "$out/top20.txt" || true  # head closes the pipe early
 cat "$out/bench.txt"
 echo "--- top 20 self time (perf report --no-children --sort symbol)"
 cat "$out/top20.txt"

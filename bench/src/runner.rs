@@ -110,7 +110,7 @@ fn start_shards_driver() -> Result<Rc<shards::uring::Driver>, String> {
         .map_err(|e| format!("cannot make the shards driver's doorbell: {e}"))?;
     let driver = shards::uring::Driver::new(Vec::new(), Arc::new(bell))
         .map_err(|e| format!("cannot start the shards io_uring driver: {e}"))?;
-    driver.set_handlers(Box::new(|_, _| {}), Box::new(|| 0), Box::new(|| false));
+    driver.set_handlers(Box::new(|_, _| {}), Box::new(|| 0));
     glommio::spawn_local(driver.clone().run()).detach();
     Ok(driver)
 }

@@ -164,6 +164,16 @@ pub fn write_command_complete(out: &mut Vec<u8>, tag: &str) {
     finish_message(out, start);
 }
 
+/// CommandComplete with the tag `"{verb} {count}"` (`SELECT 1`, `INSERT 0 5`), written in
+/// place without formatting.
+pub fn write_command_complete_parts(out: &mut Vec<u8>, verb: &str, count: &str) {
+    let start = begin_message(out, b'C');
+    out.extend_from_slice(verb.as_bytes());
+    out.push(b' ');
+    put_cstr(out, count);
+    finish_message(out, start);
+}
+
 pub fn write_empty_query_response(out: &mut Vec<u8>) {
     out.extend_from_slice(&[b'I', 0, 0, 0, 4]);
 }

@@ -719,7 +719,9 @@ impl<E: Engine> Conn<E> {
             FrontendMessage::Query { sql } => {
                 // A simple Query destroys the unnamed statement and portal.
                 self.statements.remove("");
-                self.portals.remove("");
+                if !self.portals.is_empty() {
+                    self.portals.remove("");
+                }
                 self.cancel.reset();
                 let timeout_ms = engine.timeouts(&self.session).statement_ms;
                 let cancel = &self.cancel;

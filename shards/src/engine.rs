@@ -75,7 +75,9 @@ impl<S> Statements<S> {
     }
 
     pub fn remove(&mut self, name: &str) -> bool {
-        self.map.remove(name).is_some()
+        // Every simple Query removes the unnamed statement; most connections that send them
+        // have none, and std's map would hash the name anyway.
+        !self.map.is_empty() && self.map.remove(name).is_some()
     }
 
     /// `DEALLOCATE ALL` / `DISCARD ALL`: drop the named statements (the unnamed one too).

@@ -362,10 +362,7 @@ async fn uring_main<E: Engine>(
             n
         })
     };
-    let pending = Box::new(move || {
-        !inputs.mesh.is_empty() || !inputs.cancels.is_empty() || !inputs.unix_dealt.is_empty()
-    });
-    driver.set_handlers(on_accept, drain, pending);
+    driver.set_handlers(on_accept, drain);
     let awaiting = {
         let shard = shard.clone();
         Box::new(move || shard.engine.awaiting_remote())
