@@ -78,6 +78,9 @@ pub struct Prepared {
     /// For a SELECT parsed with the extended protocol: the plan with constants folded, made at
     /// the first Bind (where PostgreSQL plans) and reused by later ones.
     folded: OnceCell<Result<Folded, PgError>>,
+    /// The RowDescription a simple Query of this statement sends (every column in text),
+    /// encoded at its first use: the plan cache hands the same `Prepared` to every later run.
+    text_row_description: OnceCell<Box<[u8]>>,
 }
 
 impl Prepared {
@@ -87,7 +90,16 @@ impl Prepared {
             param_types,
             columns,
             folded: OnceCell::new(),
+            text_row_description: OnceCell::new(),
         }
+    }
+
+    fn text_row_description(&self, arena: &Bump) -> &[u8] {
+        self.text_row_description.get_or_init(|| {
+            let mut out = Vec::new();
+            write_row_description(&self.columns, &[], arena, &mut out);
+            out.into_boxed_slice()
+        })
     }
 
     /// Fold constants if this statement was planned without folding; Bind calls this.
@@ -1119,7 +1131,8 @@ impl Frontend {
             return Ok(());
         }
         let mark = cx.out.len();
-        write_row_description(&prepared.columns, &[], cx.arena, cx.out);
+        cx.out
+            .extend_from_slice(prepared.text_row_description(cx.arena));
         match self
             .run(cx, prepared, params, RowSink::Write { formats: &[] })
             .await
