@@ -127,8 +127,9 @@ struct Cli {
 
     /// Upstream mode: a hot standby streaming from the `--upstream` primary (repeatable; the
     /// environment variable takes a comma-separated list). Read-only autocommit statements
-    /// may go to it when it has provably replayed every commit acknowledged before they
-    /// started (strict serializable); see docs/ARCHITECTURE.md, "Upstream mode".
+    /// and read-only transactions may go to it when it has provably replayed every commit
+    /// acknowledged before they started (strict serializable); see docs/ARCHITECTURE.md,
+    /// "Upstream mode".
     #[arg(
         long,
         value_name = "URL",

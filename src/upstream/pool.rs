@@ -359,6 +359,54 @@ impl ShardUpstream {
         found
     }
 
+    /// Wait, at most `limit`, until replica `i` may serve a read at `lsn` (strict, or within
+    /// the `stale` bound as in [`Self::replica_for`]). False when it did not in time, left
+    /// the rotation, or stopped replaying ([`replica::STUCK_AFTER`]): a transaction pinned to
+    /// it cannot go elsewhere, so the caller fails it rather than read stale data.
+    pub async fn replica_catches_up(
+        &self,
+        i: usize,
+        lsn: u64,
+        stale: Option<Duration>,
+        limit: Duration,
+    ) -> bool {
+        let r = &self.replicas[i];
+        let ok = |r: &Replica| match stale {
+            None => r.serves(lsn),
+            Some(bound) => r.serves_stale(lsn, bound, Instant::now()),
+        };
+        if ok(r) {
+            return true;
+        }
+        let deadline = Instant::now() + limit;
+        r.wait_begins();
+        let caught_up = loop {
+            if !r.worth_waiting(Instant::now()) {
+                break false;
+            }
+            let seen = self.replica_progress.generation();
+            let timed_out = futures_lite::future::or(
+                async {
+                    self.replica_progress.changed(seen).await;
+                    false
+                },
+                async {
+                    shards::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                    true
+                },
+            )
+            .await;
+            if ok(r) {
+                break true;
+            }
+            if timed_out {
+                break false;
+            }
+        };
+        r.wait_ends();
+        caught_up
+    }
+
     /// The next replica (round robin) that passes `ok`.
     fn next_replica(&self, ok: impl Fn(&Replica) -> bool) -> Option<usize> {
         let n = self.replicas.len();
