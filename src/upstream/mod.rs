@@ -23,6 +23,7 @@ mod session;
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bumpalo::Bump;
 use protocol::backend::{self, TransactionStatus};
@@ -43,6 +44,31 @@ pub struct UpstreamConfig {
     pub database: String,
     /// Upstream connections each shard may open.
     pub pool_size_per_shard: usize,
+    /// When idle pooled connections are checked or closed.
+    pub timers: PoolTimers,
+}
+
+/// Health of idle pooled connections, PgBouncer-style (`server_check_delay`,
+/// `server_idle_timeout`): a connection idle at least `check_delay` gets a round trip (an
+/// empty Query) before a client gets it, and one that does not answer within
+/// `check_timeout` is replaced without the client seeing it; one idle `idle_timeout` is
+/// closed (zero: never).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolTimers {
+    pub check_delay: Duration,
+    pub check_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolTimers {
+    /// PgBouncer's defaults for the delay (30 s) and the idle timeout (10 min).
+    fn default() -> Self {
+        PoolTimers {
+            check_delay: Duration::from_secs(30),
+            check_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
 }
 
 /// The upstream hosts, and the oracle's applied timestamp they share.
@@ -192,6 +218,7 @@ impl UpstreamConfig {
             user,
             password,
             pool_size_per_shard,
+            timers: PoolTimers::default(),
         })
     }
 }
