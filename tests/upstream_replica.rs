@@ -516,7 +516,8 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
                 )
                 .await;
                 let (v, replica) = r[0].split_once(' ').unwrap();
-                (v.parse().unwrap(), replica == "t")
+                // (bool || text is 'true'/'false', not 't'/'f'.)
+                (v.parse().unwrap(), replica == "true")
             }
             1 => {
                 reader
@@ -639,6 +640,18 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
         "the refused write changed nothing"
     );
 
+    // PostgreSQL itself: a hot standby refuses serializable (0A000).
+    {
+        let (c, conn) = tokio_postgres::connect(&standby.connection_string(), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let (code, message) =
+            error_code(&c, "begin isolation level serializable read only; select 1").await;
+        assert_eq!(code, "0A000", "{message}");
+    }
     // What stays on the primary: serializable (a standby refuses it), read-write, plain
     // BEGIN, and BEGIN; SET TRANSACTION READ ONLY (read-write when it began).
     until_replica_serves(&reader).await;
