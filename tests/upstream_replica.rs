@@ -640,6 +640,20 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
         "the refused write changed nothing"
     );
 
+    // A statement that would pin the session to its connection (kept, the replica connection
+    // would serve the session's later writes) is refused with 0A000; the transaction ends
+    // and the session carries on, its writes on the primary.
+    until_replica_serves(&reader).await;
+    reader.batch_execute("begin read only").await.unwrap();
+    assert_eq!(row(&reader, "select pg_is_in_recovery()").await, ["t"]);
+    let (code, message) = error_code(&reader, "prepare p as select 1").await;
+    assert_eq!(code, "0A000", "{message}");
+    reader.batch_execute("rollback").await.unwrap();
+    reader
+        .batch_execute("update kv set v = v where k = 1")
+        .await
+        .unwrap();
+
     // PostgreSQL itself: a hot standby refuses serializable (0A000).
     {
         let (c, conn) = tokio_postgres::connect(&standby.connection_string(), NoTls)
