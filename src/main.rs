@@ -544,12 +544,16 @@ fn main() -> ExitCode {
                     .map(|r| r.address.to_string())
                     .collect::<Vec<_>>()
             );
-            if metrics_listen.is_some() {
-                // The endpoint reads the embedded engine's dispatcher; upstream mode has none yet.
-                log::warn!("--metrics-listen is not served in upstream mode yet");
-            }
-            shards::runtime::run(config, listeners, move |_mesh| {
-                Upstream::new(&upstream, parameters.clone())
+            shards::runtime::run(config, listeners, move |mesh| {
+                let shard = mesh.shard_id;
+                let engine = Upstream::new(&upstream, parameters.clone(), mesh);
+                if shard == 0 {
+                    let listener = metrics_listener.lock().map(|mut l| l.take());
+                    if let Ok(Some(listener)) = listener {
+                        ringwire::metrics_http::spawn_with(listener, engine.scrape());
+                    }
+                }
+                engine
             })
         }
         None => {

@@ -68,6 +68,8 @@ pub struct ShardUpstream {
     /// Upstream name (`ringwire_<id>`) of every statement some client of this shard prepared.
     statements: RefCell<HashMap<StatementKey, u32>>,
     next_statement: Cell<u32>,
+    /// For `--metrics-listen` (`stats.rs`).
+    pub counters: super::stats::Counters,
 }
 
 /// A shard's connections to one upstream host.
@@ -236,6 +238,7 @@ impl ShardUpstream {
             pipes: RefCell::new(Vec::new()),
             pipeline_depth: upstreams.pipeline_depth,
             next_session: Cell::new(1),
+            counters: Default::default(),
         }
     }
 
@@ -330,6 +333,7 @@ impl ShardUpstream {
         if stale.is_some() || !self.replicas.iter().any(|r| r.worth_waiting(now)) {
             return None;
         }
+        super::stats::Counters::bump(&self.counters.replica_waits);
         let deadline = now + replica::WAIT_MAX;
         let waiting: Vec<&Rc<Replica>> = self
             .replicas
@@ -384,6 +388,7 @@ impl ShardUpstream {
         if ok(r) {
             return true;
         }
+        super::stats::Counters::bump(&self.counters.replica_waits);
         let deadline = Instant::now() + limit;
         r.wait_begins();
         let caught_up = loop {
@@ -585,6 +590,17 @@ impl Pool {
             }
         })
         .detach();
+    }
+
+    /// The pool as it is now, for `--metrics-listen`.
+    pub fn stats(&self, role: &'static str) -> super::stats::HostStats {
+        super::stats::HostStats {
+            role,
+            address: self.config.address.to_string(),
+            open: self.slots.open.get(),
+            idle: self.idle.borrow().len(),
+            waiting: self.slots.waiters.borrow().len(),
+        }
     }
 
     /// Clients wait for a connection (every one is open and taken).

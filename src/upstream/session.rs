@@ -54,6 +54,7 @@ use super::classify::{
 use super::client::ReplyBuf;
 use super::pipe::Lease;
 use super::pool::{ConnStatements, Host, Link, ServerConn, ShardUpstream, StatementKey};
+use super::stats::Counters;
 
 /// Asked on the primary, in the same pipeline, right after a commit that may have written
 /// (and before the client's ReadyForQuery is released); the answer becomes the oracle's
@@ -319,6 +320,7 @@ impl Session {
         let settings = fingerprint(&startup_sets, &[]);
         let (staleness, serializable) = read_rules(&startup_sets, &[]);
         let (default_read_only, default_isolation) = tx_defaults(&startup_sets, &[]);
+        Counters::bump(&shard.counters.clients);
         let mut session = Session {
             id: shard.session_id(),
             shard,
@@ -405,6 +407,8 @@ impl Session {
     /// rolled back first (on a task of its own); one with replies outstanding or pinned state
     /// is closed, which makes the server roll back.
     pub fn close(&mut self) {
+        let clients = &self.shard.counters.clients;
+        clients.set(clients.get().saturating_sub(1));
         let Some(mut server) = self.server.take() else {
             return;
         };
@@ -522,6 +526,7 @@ impl Session {
                             each_statement,
                             first_batch: true,
                         });
+                        Counters::bump(&self.shard.counters.replica_transactions);
                         frames = &frames[..part];
                         replica = Some(i);
                     }
@@ -533,9 +538,12 @@ impl Session {
             replica = self.pick_replica(frames).await;
             let unit = self.pipelinable(frames);
             if let Some(i) = replica {
-                if let Err(why) = self.take_connection(Host::Replica(i), unit).await {
-                    self.shard.replica_failed(i, &why);
-                    replica = None;
+                match self.take_connection(Host::Replica(i), unit).await {
+                    Ok(()) => Counters::bump(&self.shard.counters.replica_reads),
+                    Err(why) => {
+                        self.shard.replica_failed(i, &why);
+                        replica = None;
+                    }
                 }
             }
             if self.server.is_none() && !self.acquire_primary(frames, unit, out).await {
@@ -801,14 +809,19 @@ impl Session {
         // The read's timestamp: every commit acknowledged before this instant is at or
         // before it.
         let lsn = self.shard.applied_lsn();
-        self.shard.replica_for(lsn, self.staleness).await
+        let found = self.shard.replica_for(lsn, self.staleness).await;
+        if found.is_none() {
+            Counters::bump(&self.shard.counters.sent_to_primary);
+        }
+        found
     }
 
     /// A replica for a batch that begins a read-only transaction, whether its statements
     /// each need a freshness check (read committed), and the length of the batch's part
     /// that runs in it; `None` for the primary.
     ///
-    /// The batch must start with a Query (or Parse) that is one `BEGIN`/`START TRANSACTION`
+    /// The batch must start (after any Close/Sync/Flush) with a Query (or Parse) that is one
+    /// `BEGIN`/`START TRANSACTION`
     /// whose modes, with the session's defaults, make it read-only and not serializable. A
     /// serializable transaction goes to the primary (a hot standby refuses serializable,
     /// 0A000) — except under a serializable *default*, whose bounded staleness already lets
@@ -822,10 +835,17 @@ impl Session {
         if self.shard.replicas.is_empty() || !self.idle_and_unpinned() || self.wrote {
             return None;
         }
-        let (first, _) = split_frame(frames, usize::MAX).ok()??;
-        let sql = match FrontendMessage::parse(first).ok()? {
-            FrontendMessage::Query { sql } | FrontendMessage::Parse { sql, .. } => sql,
-            _ => return None,
+        // Drivers pipeline the Close of a statement they dropped (and its Sync) in front of
+        // the next one (tokio-postgres does): those run anywhere.
+        let mut rest = frames;
+        let sql = loop {
+            let (frame, len) = split_frame(rest, usize::MAX).ok()??;
+            rest = &rest[len..];
+            match FrontendMessage::parse(frame).ok()? {
+                FrontendMessage::Query { sql } | FrontendMessage::Parse { sql, .. } => break sql,
+                FrontendMessage::Close { .. } | FrontendMessage::Sync | FrontendMessage::Flush => {}
+                _ => return None,
+            }
         };
         let modes = begin_modes(sql)?;
         if !modes.read_only.unwrap_or(self.default_read_only) {
@@ -838,7 +858,10 @@ impl Session {
         };
         let part = self.replica_tx_cut(frames, true)?;
         let lsn = self.shard.applied_lsn();
-        let i = self.shard.replica_for(lsn, self.staleness).await?;
+        let Some(i) = self.shard.replica_for(lsn, self.staleness).await else {
+            Counters::bump(&self.shard.counters.sent_to_primary);
+            return None;
+        };
         Some((i, isolation == Isolation::ReadCommitted, part))
     }
 
@@ -940,6 +963,7 @@ impl Session {
             if ended {
                 return Some(offset);
             }
+            let tag = frame.tag;
             rest = &rest[len..];
             offset += len;
             match FrontendMessage::parse(frame) {
@@ -985,7 +1009,8 @@ impl Session {
                 }
                 _ => {}
             }
-            first = false;
+            // (Closes and Syncs in front of the BEGIN do not count: see `pick_replica_tx`.)
+            first &= matches!(tag, b'C' | b'S' | b'H');
         }
         Some(frames.len())
     }
@@ -995,6 +1020,7 @@ impl Session {
     /// `frames` is answered with `err` and ReadyForQuery `I`. The client stays connected.
     fn abandon_replica_tx(&mut self, frames: &[u8], out: &mut Vec<u8>, err: PgError) {
         log::info!("read-only transaction on a replica ended: {}", err.message);
+        Counters::bump(&self.shard.counters.replica_transactions_failed);
         self.server = None;
         self.replica_tx = None;
         self.fail_outstanding(out, err.clone());
@@ -1082,7 +1108,10 @@ impl Session {
         {
             let raw = &rest[..len];
             rest = &rest[len..];
-            runs |= matches!(frame.tag, b'Q' | b'E' | b'F');
+            if matches!(frame.tag, b'Q' | b'E' | b'F') {
+                runs = true;
+                Counters::bump(&self.shard.counters.statements);
+            }
             log::trace!("client {:?}", frame.tag as char);
             self.translate(frame.tag, raw)?;
         }
