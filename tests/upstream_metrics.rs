@@ -134,11 +134,14 @@ async fn metrics_in_upstream_mode_show_clients_statements_and_pools() {
 
     holder.batch_execute("commit").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut clients = vec![holder];
     for w in waiters {
-        tokio::time::timeout(deadline - Instant::now(), w)
-            .await
-            .expect("a waiting client was never served")
-            .unwrap();
+        clients.push(
+            tokio::time::timeout(deadline - Instant::now(), w)
+                .await
+                .expect("a waiting client was never served")
+                .unwrap(),
+        );
     }
     let after = scrape(metrics_port);
     assert_eq!(sum(&after, "ringwire_upstream_clients_waiting"), 0.0);
@@ -150,6 +153,20 @@ async fn metrics_in_upstream_mode_show_clients_statements_and_pools() {
     assert!(sum(&after, "ringwire_upstream_statements_total") >= 33.0);
     // No replicas: the replica series exist and are zero.
     assert_eq!(sum(&after, "ringwire_upstream_replica_reads_total"), 0.0);
+    // Clients that leave leave the gauge.
+    drop(clients);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sum(
+        &scrape(metrics_port),
+        "ringwire_upstream_client_connections",
+    ) != 0.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "client connections not counted down"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -369,6 +369,15 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    /// The client-connections gauge counts sessions alive, however their connection ended
+    /// (`close` is not reached when the connection's task is dropped).
+    fn drop(&mut self) {
+        let clients = &self.shard.counters.clients;
+        clients.set(clients.get().saturating_sub(1));
+    }
+}
+
 /// Whether a ParameterStatus from the server tells the client something `shown` does not
 /// have; records it there.
 fn news(shown: &mut Vec<(Box<str>, Box<str>)>, raw: &[u8]) -> bool {
@@ -407,8 +416,6 @@ impl Session {
     /// rolled back first (on a task of its own); one with replies outstanding or pinned state
     /// is closed, which makes the server roll back.
     pub fn close(&mut self) {
-        let clients = &self.shard.counters.clients;
-        clients.set(clients.get().saturating_sub(1));
         let Some(mut server) = self.server.take() else {
             return;
         };
