@@ -861,3 +861,65 @@ async fn a_replica_dying_mid_transaction_fails_it_with_08006_and_keeps_the_clien
     assert_eq!(read(&reader).await, (4, false));
     drop(standby);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_read_committed_transactions_never_miss_an_acknowledged_write() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "2");
+    let writer = setup(&rw).await;
+    // The highest value whose write was acknowledged (set after the ack).
+    let acked = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let on_replica = Arc::new(AtomicUsize::new(0));
+    let statements = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let client = connect(&rw).await;
+        until_replica_serves(&client).await;
+        let (acked, done, on_replica, statements) = (
+            acked.clone(),
+            done.clone(),
+            on_replica.clone(),
+            statements.clone(),
+        );
+        readers.push(tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                client.batch_execute("begin read only").await.unwrap();
+                // Each statement must see every write acknowledged before it started.
+                for _ in 0..3 {
+                    let floor = acked.load(Ordering::SeqCst);
+                    let (v, replica) = read(&client).await;
+                    assert!(v >= floor, "read {v} after {floor} was acknowledged");
+                    on_replica.fetch_add(usize::from(replica), Ordering::Relaxed);
+                    statements.fetch_add(1, Ordering::Relaxed);
+                }
+                client.batch_execute("commit").await.unwrap();
+            }
+        }));
+    }
+    let started = Instant::now();
+    let mut i = 0i64;
+    while started.elapsed() < Duration::from_secs(3) {
+        i += 1;
+        writer
+            .execute("update kv set v = $1 where k = 1", &[&i])
+            .await
+            .unwrap();
+        acked.store(i, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.await.expect("a reader saw a stale value or an error");
+    }
+    let (on_replica, statements) = (
+        on_replica.load(Ordering::Relaxed),
+        statements.load(Ordering::Relaxed),
+    );
+    eprintln!("{i} writes; {on_replica} of {statements} transaction statements on the replica");
+    assert!(
+        on_replica * 2 >= statements,
+        "only {on_replica} of {statements} statements ran on the replica"
+    );
+}
