@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
-use ringwire::upstream::{Upstream, UpstreamConfig, Upstreams, WalGeometry};
+use ringwire::upstream::{PoolTimers, Upstream, UpstreamConfig, Upstreams, WalGeometry};
 use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
     parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
@@ -127,8 +127,9 @@ struct Cli {
 
     /// Upstream mode: a hot standby streaming from the `--upstream` primary (repeatable; the
     /// environment variable takes a comma-separated list). Read-only autocommit statements
-    /// may go to it when it has provably replayed every commit acknowledged before they
-    /// started (strict serializable); see docs/ARCHITECTURE.md, "Upstream mode".
+    /// and read-only transactions may go to it when it has provably replayed every commit
+    /// acknowledged before they started (strict serializable); see docs/ARCHITECTURE.md,
+    /// "Upstream mode".
     #[arg(
         long,
         value_name = "URL",
@@ -140,6 +141,17 @@ struct Cli {
     /// Upstream connections each shard may open (upstream mode).
     #[arg(long, default_value_t = 16)]
     upstream_pool_size: usize,
+
+    /// Upstream mode: a pooled connection idle at least this long answers an empty Query
+    /// before a client gets it; one that fails (or does not answer within 2 s) is replaced
+    /// unseen (PgBouncer's `server_check_delay`). 0: check at every hand-out.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    upstream_check_delay_secs: u64,
+
+    /// Upstream mode: close pooled connections idle this long (PgBouncer's
+    /// `server_idle_timeout`). 0: never.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    upstream_idle_timeout_secs: u64,
 
     /// Upstream mode: pipeline independent autocommit statements of different clients (same
     /// settings) onto one upstream connection, each with its own Sync; see
@@ -303,6 +315,7 @@ fn upstream_config(
     replicas: &[String],
     pool_size: usize,
     pipeline_depth: usize,
+    timers: PoolTimers,
 ) -> Result<(Upstreams, Arc<Vec<(String, String)>>), String> {
     if pool_size == 0 {
         return Err("--upstream-pool-size must be at least 1".into());
@@ -310,8 +323,9 @@ fn upstream_config(
     if pipeline_depth == 0 {
         return Err("--upstream-pipeline-depth must be at least 1".into());
     }
-    let config =
+    let mut config =
         UpstreamConfig::parse_url(url, pool_size).map_err(|e| format!("--upstream {e}"))?;
+    config.timers = timers;
     let (handshake, position) = ringwire::upstream::client::probe(
         &config,
         (!replicas.is_empty()).then_some(ringwire::upstream::WAL_POSITION_QUERY),
@@ -330,8 +344,9 @@ fn upstream_config(
     };
     let mut replica_configs = Vec::new();
     for url in replicas {
-        let replica =
+        let mut replica =
             UpstreamConfig::parse_url(url, pool_size).map_err(|e| format!("--replica {e}"))?;
+        replica.timers = timers;
         match ringwire::upstream::client::probe(&replica, Some("SELECT pg_is_in_recovery()")) {
             Ok((_, Some(r))) if r == "t" => {}
             Ok(_) => {
@@ -450,6 +465,11 @@ fn main() -> ExitCode {
                 OnOff::On => cli.upstream_pipeline_depth,
                 OnOff::Off => 1,
             },
+            PoolTimers {
+                check_delay: std::time::Duration::from_secs(cli.upstream_check_delay_secs),
+                idle_timeout: std::time::Duration::from_secs(cli.upstream_idle_timeout_secs),
+                ..PoolTimers::default()
+            },
         ) {
             Ok(u) => Some(u),
             Err(e) => {
@@ -524,12 +544,16 @@ fn main() -> ExitCode {
                     .map(|r| r.address.to_string())
                     .collect::<Vec<_>>()
             );
-            if metrics_listen.is_some() {
-                // The endpoint reads the embedded engine's dispatcher; upstream mode has none yet.
-                log::warn!("--metrics-listen is not served in upstream mode yet");
-            }
-            shards::runtime::run(config, listeners, move |_mesh| {
-                Upstream::new(&upstream, parameters.clone())
+            shards::runtime::run(config, listeners, move |mesh| {
+                let shard = mesh.shard_id;
+                let engine = Upstream::new(&upstream, parameters.clone(), mesh);
+                if shard == 0 {
+                    let listener = metrics_listener.lock().map(|mut l| l.take());
+                    if let Ok(Some(listener)) = listener {
+                        ringwire::metrics_http::spawn_with(listener, engine.scrape());
+                    }
+                }
+                engine
             })
         }
         None => {

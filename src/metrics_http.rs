@@ -18,7 +18,9 @@
 //! buckets, while the format itself is four kinds of line.
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::net::TcpListener;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -42,21 +44,34 @@ const SECONDS_BUCKETS: [f64; 18] = [
 ];
 const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0];
 
+/// Makes the body of one scrape (gathering from every shard as it needs).
+pub type Scrape = Rc<dyn Fn() -> Pin<Box<dyn Future<Output = String>>>>;
+
 /// Serve `listener` on this shard; scrapes gather through `dispatcher`.
 pub fn spawn(listener: TcpListener, dispatcher: Rc<Dispatcher>) {
+    spawn_with(
+        listener,
+        Rc::new(move || {
+            let dispatcher = dispatcher.clone();
+            Box::pin(async move { render(&dispatcher.gather_stats(None, STATS_TIMEOUT).await) })
+        }),
+    );
+}
+
+/// Serve `listener` on this shard with `scrape` making each `/metrics` body (upstream mode
+/// has no dispatcher; it gathers its own, see `upstream::stats`).
+pub fn spawn_with(listener: TcpListener, scrape: Scrape) {
     shards::side::serve(
         listener,
         Rc::new(move |stream| {
-            let dispatcher = dispatcher.clone();
+            let scrape = scrape.clone();
             glommio::spawn_local(async move {
-                let served = futures_lite::future::or(
-                    async { Some(serve(stream, &dispatcher).await) },
-                    async {
+                let served =
+                    futures_lite::future::or(async { Some(serve(stream, &scrape).await) }, async {
                         shards::time::sleep(REQUEST_TIMEOUT + STATS_TIMEOUT).await;
                         None
-                    },
-                )
-                .await;
+                    })
+                    .await;
                 match served {
                     Some(Err(e)) => log::debug!("metrics endpoint: {e}"),
                     None => log::debug!("metrics endpoint: a client timed out"),
@@ -104,7 +119,7 @@ pub fn route(buf: &[u8]) -> Option<Route> {
     }
 }
 
-async fn serve(mut stream: SideStream, dispatcher: &Dispatcher) -> std::io::Result<()> {
+async fn serve(mut stream: SideStream, scrape: &Scrape) -> std::io::Result<()> {
     let mut buf = vec![0u8; REQUEST_BYTES_MAX];
     let mut len = 0;
     let route = loop {
@@ -119,10 +134,7 @@ async fn serve(mut stream: SideStream, dispatcher: &Dispatcher) -> std::io::Resu
     };
     let route_too_large = route == Route::TooLarge;
     let (status, extra, body, head) = match route {
-        Route::Metrics { head } => {
-            let gathered = dispatcher.gather_stats(None, STATS_TIMEOUT).await;
-            ("200 OK", "", render(&gathered), head)
-        }
+        Route::Metrics { head } => ("200 OK", "", scrape().await, head),
         Route::NotFound => (
             "404 Not Found",
             "",

@@ -457,3 +457,469 @@ async fn a_write_the_text_scan_lets_through_is_retried_on_the_primary_and_record
     assert_eq!(r, 7);
     assert_eq!(read(&reader).await.0, 6);
 }
+
+/// The rows of `sql`'s first column, run in one simple Query (several statements allowed).
+async fn column(client: &Client, sql: &str) -> Vec<String> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("NULL").to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The SQLSTATE of `sql`'s error (panics if it succeeds).
+async fn error_code(client: &Client, sql: &str) -> (String, String) {
+    let e = client
+        .simple_query(sql)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{sql} succeeded"));
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{sql}: not a server error: {e}"));
+    (db.code().code().to_string(), db.message().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_write() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    // Two shards: writer and reader may sit on different shards.
+    let rw = start(&primary, &standby, "2");
+    let writer = setup(&rw).await;
+    let mut reader = connect(&rw).await;
+    until_replica_serves(&reader).await;
+    let prepared = reader
+        .prepare("select v, pg_is_in_recovery() from kv where k = $1")
+        .await
+        .unwrap();
+
+    // Linearizability: each write acknowledged through one connection is seen by a read-only
+    // transaction begun afterwards on another, at both isolation levels and through both
+    // protocols; most of them run on the standby.
+    let (mut on_replica, mut transactions) = (0, 0);
+    for i in 1..=60i64 {
+        writer
+            .execute("update kv set v = $1 where k = 1", &[&i])
+            .await
+            .unwrap();
+        let (v, replica) = match i % 3 {
+            0 => {
+                let r = column(
+                    &reader,
+                    "BEGIN READ ONLY; select v || ' ' || pg_is_in_recovery() from kv where k = 1; COMMIT",
+                )
+                .await;
+                let (v, replica) = r[0].split_once(' ').unwrap();
+                // (bool || text is 'true'/'false', not 't'/'f'.)
+                (v.parse().unwrap(), replica == "true")
+            }
+            1 => {
+                reader
+                    .batch_execute("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    .await
+                    .unwrap();
+                let r = read(&reader).await;
+                reader.batch_execute("COMMIT").await.unwrap();
+                r
+            }
+            _ => {
+                let tx = reader
+                    .build_transaction()
+                    .read_only(true)
+                    .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+                    .start()
+                    .await
+                    .unwrap();
+                let r = tx.query_one(&prepared, &[&1i32]).await.unwrap();
+                tx.commit().await.unwrap();
+                (r.get(0), r.get(1))
+            }
+        };
+        assert_eq!(
+            v, i,
+            "stale read-only transaction (replica: {replica}) after write {i}"
+        );
+        on_replica += usize::from(replica);
+        transactions += 1;
+    }
+    eprintln!("{on_replica} of {transactions} read-only transactions on the replica");
+    assert!(
+        on_replica * 2 >= transactions,
+        "only {on_replica} of {transactions} read-only transactions reached the replica"
+    );
+    // After a replica transaction, the session's writes still go to the primary.
+    reader
+        .batch_execute("update kv set v = 100 where k = 1")
+        .await
+        .unwrap();
+    assert_eq!(read(&writer).await.0, 100);
+
+    // Read committed: a statement later in the transaction sees writes acknowledged before
+    // it started (the relay waits for the pinned replica to replay them). The standby
+    // applies each commit 300 ms late, so without that wait the read would be stale.
+    standby.query_value("alter system set recovery_min_apply_delay = '300ms'");
+    standby.query_value("select pg_reload_conf()");
+    for round in 0..5i64 {
+        until_replica_serves(&reader).await;
+        reader.batch_execute("BEGIN READ ONLY").await.unwrap();
+        let (before, replica) = read(&reader).await;
+        assert!(
+            replica,
+            "round {round}: the transaction did not run on the replica"
+        );
+        writer
+            .execute("update kv set v = v + 1 where k = 1", &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            read(&reader).await,
+            (before + 1, true),
+            "round {round}: a read-committed statement missed an acknowledged write"
+        );
+        reader.batch_execute("COMMIT").await.unwrap();
+    }
+    standby.query_value("alter system reset recovery_min_apply_delay");
+    standby.query_value("select pg_reload_conf()");
+
+    // default_transaction_read_only makes a plain BEGIN read-only: the replica.
+    let defaults = connect(&rw).await;
+    defaults
+        .batch_execute("set default_transaction_read_only = on")
+        .await
+        .unwrap();
+    until_replica_serves(&defaults).await;
+    assert_eq!(
+        column(&defaults, "begin; select pg_is_in_recovery(); commit").await,
+        ["t"]
+    );
+    // ... and writes in it get PostgreSQL's 25006 (here from the standby).
+    defaults.batch_execute("begin").await.unwrap();
+    assert_eq!(row(&defaults, "select pg_is_in_recovery()").await, ["t"]);
+    let (code, message) = error_code(&defaults, "insert into kv values (2, 2)").await;
+    defaults.batch_execute("rollback").await.unwrap();
+    // The same statement in a read-only transaction on the primary itself.
+    let direct = {
+        let (c, conn) = tokio_postgres::connect(&primary.connection_string(), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        c
+    };
+    direct.batch_execute("begin read only").await.unwrap();
+    let on_primary = error_code(&direct, "insert into kv values (2, 2)").await;
+    direct.batch_execute("rollback").await.unwrap();
+    assert_eq!((code.as_str(), &message), ("25006", &on_primary.1));
+    assert_eq!(on_primary.0, "25006");
+    // And in an explicit BEGIN READ ONLY, over the extended protocol.
+    let tx = reader
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .await
+        .unwrap();
+    let e = tx
+        .execute("update kv set v = 0 where k = 1", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
+    );
+    drop(tx);
+    assert_eq!(
+        read(&writer).await.0,
+        105,
+        "the refused write changed nothing"
+    );
+
+    // A statement that would pin the session to its connection (kept, the replica connection
+    // would serve the session's later writes) is refused with 0A000; the transaction ends
+    // and the session carries on, its writes on the primary.
+    until_replica_serves(&reader).await;
+    reader.batch_execute("begin read only").await.unwrap();
+    assert_eq!(row(&reader, "select pg_is_in_recovery()").await, ["t"]);
+    let (code, message) = error_code(&reader, "prepare p as select 1").await;
+    assert_eq!(code, "0A000", "{message}");
+    reader.batch_execute("rollback").await.unwrap();
+    reader
+        .batch_execute("update kv set v = v where k = 1")
+        .await
+        .unwrap();
+
+    // PostgreSQL itself: a hot standby refuses serializable (0A000).
+    {
+        let (c, conn) = tokio_postgres::connect(&standby.connection_string(), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let (code, message) =
+            error_code(&c, "begin isolation level serializable read only; select 1").await;
+        assert_eq!(code, "0A000", "{message}");
+    }
+    // What stays on the primary: serializable (a standby refuses it), read-write, plain
+    // BEGIN, and BEGIN; SET TRANSACTION READ ONLY (read-write when it began).
+    until_replica_serves(&reader).await;
+    for sql in [
+        "begin isolation level serializable read only; select pg_is_in_recovery(); commit",
+        "begin isolation level serializable, read only, deferrable; select pg_is_in_recovery(); commit",
+        "begin read write; select pg_is_in_recovery(); commit",
+        "begin; select pg_is_in_recovery(); commit",
+        "begin; set transaction read only; select pg_is_in_recovery(); commit",
+    ] {
+        assert_eq!(column(&reader, sql).await, ["f"], "{sql}");
+    }
+    let tx = reader
+        .build_transaction()
+        .read_only(true)
+        .isolation_level(tokio_postgres::IsolationLevel::Serializable)
+        .start()
+        .await
+        .unwrap();
+    let r = tx.query_one(&prepared, &[&1i32]).await.unwrap();
+    assert!(
+        !r.get::<_, bool>(1),
+        "a serializable transaction ran on the replica"
+    );
+    tx.commit().await.unwrap();
+    // A Query that ends the transaction and goes on cannot be split: all of it runs on the
+    // primary (the write succeeds; on the standby it would have failed with 25006).
+    assert_eq!(
+        column(
+            &reader,
+            "begin read only; select pg_is_in_recovery(); commit; \
+             update kv set v = 7 where k = 1 returning pg_is_in_recovery()"
+        )
+        .await,
+        ["f", "f"]
+    );
+    assert_eq!(read(&writer).await.0, 7);
+
+    // The same as four Queries in one batch: the transaction runs on the standby, and what
+    // follows its COMMIT is routed afresh, so the write succeeds on the primary.
+    {
+        use common::wire::{read_messages, simple_query, startup_message};
+        use tokio::io::AsyncWriteExt;
+        until_replica_serves(&reader).await;
+        let mut raw = tokio::net::TcpStream::connect(rw.addr()).await.unwrap();
+        raw.write_all(&startup_message(&[("user", "postgres")]))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_messages(&mut raw).await.last().map(|m| m.0),
+            Some(b'Z')
+        );
+        // Until this connection's shard routes reads to the standby (its poller starts with
+        // the shard's first read).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            raw.write_all(&simple_query("select pg_is_in_recovery()"))
+                .await
+                .unwrap();
+            let replies = read_messages(&mut raw).await;
+            if replies
+                .iter()
+                .any(|(tag, body)| *tag == b'D' && body.ends_with(b"t"))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no read reached the replica");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut batch = Vec::new();
+        for sql in [
+            "BEGIN READ ONLY",
+            "select pg_is_in_recovery()::text",
+            "COMMIT",
+            "update kv set v = 8 where k = 1 returning pg_is_in_recovery()::text",
+        ] {
+            batch.extend_from_slice(&simple_query(sql));
+        }
+        raw.write_all(&batch).await.unwrap();
+        let mut rows = Vec::new();
+        for _ in 0..4 {
+            for (tag, body) in read_messages(&mut raw).await {
+                assert_ne!(tag, b'E', "{}", common::wire::error_field(&body, b'M'));
+                if tag == b'D' {
+                    rows.push(String::from_utf8_lossy(&body[6..]).to_string());
+                }
+            }
+        }
+        assert_eq!(rows, ["true", "false"]);
+        assert_eq!(read(&writer).await.0, 8);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_never_serves_a_stale_read_only_transaction() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "1");
+    let writer = setup(&rw).await;
+    let reader = connect(&rw).await;
+
+    // Replay paused after catching up: a transaction begun after a write goes to the
+    // primary (the standby cannot have it).
+    paused_after_catching_up(&standby, &reader, 0).await;
+    writer
+        .batch_execute("update kv set v = 1 where k = 1")
+        .await
+        .unwrap();
+    for begin in [
+        "begin read only",
+        "start transaction isolation level repeatable read read only",
+    ] {
+        reader.batch_execute(begin).await.unwrap();
+        assert_eq!(read(&reader).await, (1, false), "{begin}");
+        reader.batch_execute("commit").await.unwrap();
+    }
+    standby.query_value("select pg_wal_replay_resume()");
+
+    // Repeatable read on the replica: one snapshot, taken at the first statement; a write
+    // acknowledged later is (rightly) not seen, and nothing waits for it.
+    paused_after_catching_up(&standby, &reader, 1).await;
+    reader
+        .batch_execute("begin isolation level repeatable read read only")
+        .await
+        .unwrap();
+    assert_eq!(read(&reader).await, (1, true));
+    writer
+        .batch_execute("update kv set v = 2 where k = 1")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(read(&reader).await, (1, true));
+    assert!(started.elapsed() < Duration::from_millis(500));
+    reader.batch_execute("commit").await.unwrap();
+    standby.query_value("select pg_wal_replay_resume()");
+
+    // Read committed on a replica that stops replaying mid-transaction: the next statement
+    // cannot see the write acknowledged before it there, and the transaction cannot move,
+    // so it fails with 40001 (bounded) and the client stays connected.
+    paused_after_catching_up(&standby, &reader, 2).await;
+    reader.batch_execute("begin read only").await.unwrap();
+    assert_eq!(read(&reader).await, (2, true));
+    writer
+        .batch_execute("update kv set v = 3 where k = 1")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (code, message) = error_code(&reader, READ).await;
+    assert_eq!(code, "40001", "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    reader.batch_execute("rollback").await.unwrap();
+    assert_eq!(read(&reader).await, (3, false));
+    standby.query_value("select pg_wal_replay_resume()");
+    until_replica_serves(&reader).await;
+    assert_eq!(read(&reader).await, (3, true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_dying_mid_transaction_fails_it_with_08006_and_keeps_the_client() {
+    let primary = Postgres::start();
+    let mut standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "1");
+    let writer = setup(&rw).await;
+    let reader = connect(&rw).await;
+    reader.batch_execute("begin read only").await.unwrap();
+    assert_eq!(read(&reader).await, (0, true));
+    let standby = tokio::task::spawn_blocking(move || {
+        standby.kill();
+        standby
+    })
+    .await
+    .unwrap();
+    let (code, _) = error_code(&reader, READ).await;
+    assert_eq!(code, "08006");
+    // Connected, the transaction gone; the next transaction runs (on the primary).
+    reader.batch_execute("rollback").await.unwrap();
+    writer
+        .batch_execute("update kv set v = 4 where k = 1")
+        .await
+        .unwrap();
+    assert_eq!(
+        column(
+            &reader,
+            "begin read only; select v from kv where k = 1; commit"
+        )
+        .await,
+        ["4"]
+    );
+    assert_eq!(read(&reader).await, (4, false));
+    drop(standby);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_read_committed_transactions_never_miss_an_acknowledged_write() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "2");
+    let writer = setup(&rw).await;
+    // The highest value whose write was acknowledged (set after the ack).
+    let acked = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let on_replica = Arc::new(AtomicUsize::new(0));
+    let statements = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let client = connect(&rw).await;
+        until_replica_serves(&client).await;
+        let (acked, done, on_replica, statements) = (
+            acked.clone(),
+            done.clone(),
+            on_replica.clone(),
+            statements.clone(),
+        );
+        readers.push(tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                client.batch_execute("begin read only").await.unwrap();
+                // Each statement must see every write acknowledged before it started.
+                for _ in 0..3 {
+                    let floor = acked.load(Ordering::SeqCst);
+                    let (v, replica) = read(&client).await;
+                    assert!(v >= floor, "read {v} after {floor} was acknowledged");
+                    on_replica.fetch_add(usize::from(replica), Ordering::Relaxed);
+                    statements.fetch_add(1, Ordering::Relaxed);
+                }
+                client.batch_execute("commit").await.unwrap();
+            }
+        }));
+    }
+    let started = Instant::now();
+    let mut i = 0i64;
+    while started.elapsed() < Duration::from_secs(3) {
+        i += 1;
+        writer
+            .execute("update kv set v = $1 where k = 1", &[&i])
+            .await
+            .unwrap();
+        acked.store(i, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.await.expect("a reader saw a stale value or an error");
+    }
+    let (on_replica, statements) = (
+        on_replica.load(Ordering::Relaxed),
+        statements.load(Ordering::Relaxed),
+    );
+    eprintln!("{i} writes; {on_replica} of {statements} transaction statements on the replica");
+    assert!(
+        on_replica * 2 >= statements,
+        "only {on_replica} of {statements} statements ran on the replica"
+    );
+}

@@ -110,7 +110,7 @@ fn words(stmt: &str, n: usize) -> Vec<String> {
     out
 }
 
-fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+pub fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len())
         .any(|w| w.eq_ignore_ascii_case(needle))
 }
@@ -366,6 +366,170 @@ pub fn route(sql: &str) -> Route {
         read_only,
         writes,
         tx,
+    }
+}
+
+/// A transaction isolation level, as PostgreSQL runs it (`read uncommitted` is read committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    ReadCommitted,
+    RepeatableRead,
+    Serializable,
+}
+
+impl Isolation {
+    /// A `default_transaction_isolation` value (lower-cased, unquoted); `None` if unknown.
+    pub fn from_setting(value: &str) -> Option<Isolation> {
+        match value.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["serializable"] => Some(Isolation::Serializable),
+            ["repeatable", "read"] => Some(Isolation::RepeatableRead),
+            ["read", "committed" | "uncommitted"] | ["default"] => Some(Isolation::ReadCommitted),
+            _ => None,
+        }
+    }
+}
+
+/// What a `BEGIN` / `START TRANSACTION` asks for; `None` fields: the session's defaults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxModes {
+    pub read_only: Option<bool>,
+    pub isolation: Option<Isolation>,
+}
+
+/// `sql` begins with one `BEGIN [WORK | TRANSACTION] [modes]` or `START TRANSACTION
+/// [modes]` statement (modes: `ISOLATION LEVEL …`, `READ ONLY | READ WRITE`, `[NOT]
+/// DEFERRABLE`, optionally comma-separated), and the modes it names; statements after it are
+/// not read here. `None` for anything else, including text this scan cannot read with
+/// certainty (odd quotes, a leading comment, unknown words): such a transaction goes to the
+/// primary, as every transaction did before. Allocates only for text that starts with
+/// `begin` or `start` (it runs at the start of every batch of an idle session).
+pub fn begin_modes(sql: &str) -> Option<TxModes> {
+    let t = sql.trim_start().as_bytes();
+    let opens = t.len() >= 5
+        && (t[..5].eq_ignore_ascii_case(b"begin") || t[..5].eq_ignore_ascii_case(b"start"));
+    if !opens || unbalanced_quotes(sql) {
+        return None;
+    }
+    let mut end = sql.len();
+    scan(sql, |i, token| match token {
+        Token::Semicolon => {
+            end = i;
+            false
+        }
+        Token::Word(_) => true,
+    });
+    let stmt = &sql[..end];
+    // Only words, commas, whitespace and comments may appear.
+    let mut only_words = true;
+    let stripped: String = {
+        let mut s = String::new();
+        for_each_word(stmt, |w, call| {
+            only_words &= !call;
+            s.push_str(w);
+            s.push(' ');
+            true
+        });
+        s
+    };
+    if !only_words || stmt.contains(['(', ')', '\'', '"', '$', '=']) {
+        return None;
+    }
+    let words: Vec<String> = stripped
+        .split_whitespace()
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let mut w: &[String] = &words;
+    match w {
+        [a, b, ..] if a == "start" && b == "transaction" => w = &w[2..],
+        [a, b, ..] if a == "begin" && (b == "work" || b == "transaction") => w = &w[2..],
+        [a, ..] if a == "begin" => w = &w[1..],
+        _ => return None,
+    }
+    let mut modes = TxModes::default();
+    while !w.is_empty() {
+        let s: Vec<&str> = w.iter().take(4).map(String::as_str).collect();
+        let used = match s.as_slice() {
+            ["isolation", "level", "serializable", ..] => {
+                modes.isolation = Some(Isolation::Serializable);
+                3
+            }
+            ["isolation", "level", "repeatable", "read", ..] => {
+                modes.isolation = Some(Isolation::RepeatableRead);
+                4
+            }
+            ["isolation", "level", "read", "committed" | "uncommitted", ..] => {
+                modes.isolation = Some(Isolation::ReadCommitted);
+                4
+            }
+            ["read", "only", ..] => {
+                modes.read_only = Some(true);
+                2
+            }
+            ["read", "write", ..] => {
+                modes.read_only = Some(false);
+                2
+            }
+            ["deferrable", ..] => 1,
+            ["not", "deferrable", ..] => 2,
+            _ => return None,
+        };
+        w = &w[used..];
+    }
+    Some(modes)
+}
+
+/// Where transaction control appears in a Query (or Parse) that runs inside a read-only
+/// transaction on a replica, which must not run anything after the transaction ends there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxEnd {
+    /// No statement that begins or ends a transaction.
+    No,
+    /// Only the last statement does (the session may be idle after it).
+    Last,
+    /// One does and another statement follows it, or the text cannot be read with certainty.
+    Inside,
+}
+
+/// See [`TxEnd`]. Transaction control: BEGIN, START, COMMIT, END, ABORT, ROLLBACK (not
+/// `ROLLBACK TO`), PREPARE TRANSACTION. With `skip_begin`, a first statement that is a
+/// BEGIN is not counted (it opened the transaction being routed).
+pub fn tx_end(sql: &str, skip_begin: bool) -> TxEnd {
+    let b = sql.as_bytes();
+    if b.iter().filter(|&&c| c == b'\'').count() % 2 == 1
+        || b.iter().filter(|&&c| c == b'"').count() % 2 == 1
+        || sql.contains("/*") && !sql.contains("*/")
+    {
+        return TxEnd::Inside;
+    }
+    let mut control_seen = false;
+    let mut inside = false;
+    let mut n = 0;
+    for_each_statement(sql, |stmt| {
+        n += 1;
+        let mut w = [""; 3];
+        let mut k = 0;
+        for_each_word(stmt, |word, _| {
+            w[k] = word;
+            k += 1;
+            k < w.len()
+        });
+        let is = |s: &str, t: &str| s.eq_ignore_ascii_case(t);
+        let control = ["begin", "start", "commit", "end", "abort"]
+            .iter()
+            .any(|t| is(w[0], t))
+            || is(w[0], "rollback") && !w[1..].iter().any(|x| is(x, "to"))
+            || is(w[0], "prepare") && is(w[1], "transaction");
+        if control_seen {
+            inside = true;
+        }
+        if control && !(skip_begin && n == 1 && (is(w[0], "begin") || is(w[0], "start"))) {
+            control_seen = true;
+        }
+    });
+    match (inside, control_seen) {
+        (true, _) => TxEnd::Inside,
+        (false, true) => TxEnd::Last,
+        (false, false) => TxEnd::No,
     }
 }
 
@@ -756,6 +920,69 @@ mod tests {
         ] {
             assert!(!autocommit_only(no), "{no}");
         }
+    }
+
+    #[test]
+    fn read_only_transaction_starts() {
+        let ro = |iso| {
+            Some(TxModes {
+                read_only: Some(true),
+                isolation: iso,
+            })
+        };
+        assert_eq!(begin_modes("BEGIN READ ONLY"), ro(None));
+        assert_eq!(begin_modes("begin transaction read only;"), ro(None));
+        assert_eq!(
+            begin_modes("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+            ro(Some(Isolation::RepeatableRead))
+        );
+        assert_eq!(
+            begin_modes("start transaction read only isolation level read uncommitted"),
+            ro(Some(Isolation::ReadCommitted))
+        );
+        assert_eq!(
+            begin_modes("BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE"),
+            ro(Some(Isolation::Serializable))
+        );
+        assert_eq!(begin_modes("begin /* x */ work"), Some(TxModes::default()));
+        assert_eq!(
+            begin_modes("BEGIN READ WRITE").and_then(|m| m.read_only),
+            Some(false)
+        );
+        assert_eq!(begin_modes("BEGIN READ ONLY; SELECT 1; COMMIT"), ro(None));
+        for no in [
+            "BEGIN READ",
+            "/* c */ BEGIN READ ONLY",
+            "START READ ONLY",
+            "begin isolation level snapshot",
+            "select 1",
+            "begin 'x'",
+            "",
+        ] {
+            assert_eq!(begin_modes(no), None, "{no}");
+        }
+        assert_eq!(
+            Isolation::from_setting("repeatable read"),
+            Some(Isolation::RepeatableRead)
+        );
+    }
+
+    #[test]
+    fn transaction_ends_in_a_query() {
+        assert_eq!(tx_end("select 1", false), TxEnd::No);
+        assert_eq!(tx_end("savepoint a; rollback to a", false), TxEnd::No);
+        assert_eq!(tx_end("COMMIT", false), TxEnd::Last);
+        assert_eq!(tx_end("select 1; commit;", false), TxEnd::Last);
+        assert_eq!(tx_end("commit; select 1", false), TxEnd::Inside);
+        assert_eq!(
+            tx_end("rollback; insert into t values (1)", false),
+            TxEnd::Inside
+        );
+        assert_eq!(tx_end("begin read only; select 1", true), TxEnd::No);
+        assert_eq!(tx_end("begin read only; select 1; end", true), TxEnd::Last);
+        assert_eq!(tx_end("begin read only; select 1", false), TxEnd::Inside);
+        assert_eq!(tx_end("select 'commit; x'", false), TxEnd::No);
+        assert_eq!(tx_end("select 'a; commit", false), TxEnd::Inside);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - `session`: one client's relay: message rewriting, replies in order, transaction pooling,
 //!   routing reads to replicas and learning each commit's WAL position.
 //! - `replica`: what a shard knows about each replica (replay LSN, rotation) and its poller.
+//! - `stats`: per-shard counters and pool gauges, gathered over the mesh for `/metrics`.
 //!
 //! See docs/ARCHITECTURE.md, "Upstream mode", for why this is a relay and not an `Engine`
 //! that answers message by message.
@@ -19,10 +20,14 @@ mod pipe;
 mod pool;
 mod replica;
 mod session;
+pub mod stats;
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bumpalo::Bump;
 use protocol::backend::{self, TransactionStatus};
@@ -30,6 +35,7 @@ use protocol::frontend::{Bind, Oids};
 use protocol::PgError;
 use shards::connect::Address;
 use shards::engine::{CancelToken, Cx, Engine, Execution, SessionStart};
+use shards::runtime::Mesh;
 
 pub use client::parse_lsn;
 pub use session::Session;
@@ -43,6 +49,31 @@ pub struct UpstreamConfig {
     pub database: String,
     /// Upstream connections each shard may open.
     pub pool_size_per_shard: usize,
+    /// When idle pooled connections are checked or closed.
+    pub timers: PoolTimers,
+}
+
+/// Health of idle pooled connections, PgBouncer-style (`server_check_delay`,
+/// `server_idle_timeout`): a connection idle at least `check_delay` gets a round trip (an
+/// empty Query) before a client gets it, and one that does not answer within
+/// `check_timeout` is replaced without the client seeing it; one idle `idle_timeout` is
+/// closed (zero: never).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolTimers {
+    pub check_delay: Duration,
+    pub check_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolTimers {
+    /// PgBouncer's defaults for the delay (30 s) and the idle timeout (10 min).
+    fn default() -> Self {
+        PoolTimers {
+            check_delay: Duration::from_secs(30),
+            check_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
 }
 
 /// The upstream hosts, and the oracle's applied timestamp they share.
@@ -192,6 +223,7 @@ impl UpstreamConfig {
             user,
             password,
             pool_size_per_shard,
+            timers: PoolTimers::default(),
         })
     }
 }
@@ -220,14 +252,115 @@ fn percent_decode(s: &str) -> Result<String, String> {
 /// [`Engine::relays`]); the message-level calls of the embedded engine are never made.
 pub struct Upstream {
     shard: Rc<pool::ShardUpstream>,
+    metrics: Rc<Metrics>,
+}
+
+/// The shard's side of `/metrics` gathers (see `stats.rs`).
+struct Metrics {
+    shard: Rc<pool::ShardUpstream>,
+    mesh: Mesh<stats::Message>,
+    /// Scrapes this shard is gathering: id → each shard's answer so far.
+    gathers: RefCell<HashMap<u64, Vec<Option<stats::ShardStats>>>>,
+    next_gather: Cell<u64>,
+    arrived: replica::Notify,
 }
 
 impl Upstream {
     /// Built on the shard's thread. `parameters` are what the upstream server reported at
     /// startup (probed once by `main`), shown to clients as their startup ParameterStatus.
-    pub fn new(upstreams: &Upstreams, parameters: Arc<Vec<(String, String)>>) -> Upstream {
+    pub fn new(
+        upstreams: &Upstreams,
+        parameters: Arc<Vec<(String, String)>>,
+        mesh: Mesh<stats::Message>,
+    ) -> Upstream {
+        let shard = Rc::new(pool::ShardUpstream::new(upstreams, parameters));
         Upstream {
-            shard: Rc::new(pool::ShardUpstream::new(upstreams, parameters)),
+            metrics: Rc::new(Metrics {
+                shard: shard.clone(),
+                mesh,
+                gathers: RefCell::new(HashMap::new()),
+                next_gather: Cell::new(1),
+                arrived: replica::Notify::default(),
+            }),
+            shard,
+        }
+    }
+
+    /// A `/metrics` body maker for `metrics_http::spawn_with` on this shard: every shard's
+    /// counters and pools, asked over the mesh, rendered by `stats::render`.
+    pub fn scrape(&self) -> crate::metrics_http::Scrape {
+        let metrics = self.metrics.clone();
+        Rc::new(move || {
+            let metrics = metrics.clone();
+            Box::pin(async move { stats::render(&metrics.gather().await) })
+        })
+    }
+}
+
+impl Metrics {
+    /// Every shard's stats; `None` for a shard that did not answer within
+    /// [`crate::dispatch::STATS_TIMEOUT`].
+    async fn gather(&self) -> Vec<Option<stats::ShardStats>> {
+        let me = self.mesh.shard_id;
+        let id = self.next_gather.get();
+        self.next_gather.set(id + 1);
+        let mut answers = vec![None; self.mesh.shards()];
+        answers[me] = Some(self.shard.stats());
+        self.gathers.borrow_mut().insert(id, answers);
+        for to in (0..self.mesh.shards()).filter(|&s| s != me) {
+            self.mesh.send(to, stats::Message::Request { from: me, id });
+        }
+        let deadline = std::time::Instant::now() + crate::dispatch::STATS_TIMEOUT;
+        loop {
+            let complete = self
+                .gathers
+                .borrow()
+                .get(&id)
+                .is_none_or(|a| a.iter().all(Option::is_some));
+            if complete {
+                break;
+            }
+            let seen = self.arrived.generation();
+            let timed_out = futures_lite::future::or(
+                async {
+                    self.arrived.changed(seen).await;
+                    false
+                },
+                async {
+                    shards::time::sleep(
+                        deadline.saturating_duration_since(std::time::Instant::now()),
+                    )
+                    .await;
+                    true
+                },
+            )
+            .await;
+            if timed_out {
+                break;
+            }
+        }
+        self.gathers.borrow_mut().remove(&id).unwrap_or_default()
+    }
+
+    fn on_message(&self, msg: stats::Message) {
+        match msg {
+            stats::Message::Request { from, id } => {
+                let stats = Box::new(self.shard.stats());
+                let shard = self.mesh.shard_id;
+                self.mesh
+                    .send(from, stats::Message::Reply { id, shard, stats });
+            }
+            stats::Message::Reply { id, shard, stats } => {
+                if let Some(slot) = self
+                    .gathers
+                    .borrow_mut()
+                    .get_mut(&id)
+                    .and_then(|a| a.get_mut(shard))
+                {
+                    *slot = Some(*stats);
+                }
+                self.arrived.notify();
+            }
         }
     }
 }
@@ -240,9 +373,11 @@ impl Engine for Upstream {
     type Session = Session;
     type Statement = ();
     type Portal = ();
-    type Message = ();
+    type Message = stats::Message;
 
-    fn on_message(&self, _msg: ()) {}
+    fn on_message(&self, msg: stats::Message) {
+        self.metrics.on_message(msg);
+    }
 
     fn open_session(&self, start: &SessionStart<'_>) -> Result<Session, PgError> {
         Session::open(self.shard.clone(), start)

@@ -11,12 +11,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use futures_lite::AsyncWriteExt;
+use protocol::frontend;
 use shards::connect::{connect, ShardStream};
 
 use super::client::{startup, ReplyBuf};
@@ -66,14 +68,18 @@ pub struct ShardUpstream {
     /// Upstream name (`ringwire_<id>`) of every statement some client of this shard prepared.
     statements: RefCell<HashMap<StatementKey, u32>>,
     next_statement: Cell<u32>,
+    /// For `--metrics-listen` (`stats.rs`).
+    pub counters: super::stats::Counters,
 }
 
 /// A shard's connections to one upstream host.
 pub struct Pool {
     pub config: Arc<UpstreamConfig>,
     host: Host,
-    idle: RefCell<Vec<ServerConn>>,
+    /// Shared with the task that closes connections idle past the idle timeout.
+    idle: Rc<RefCell<Vec<ServerConn>>>,
     slots: Rc<Slots>,
+    reaper_started: Cell<bool>,
 }
 
 /// The count of open connections and who waits for one; shared with each connection so
@@ -130,6 +136,8 @@ pub struct ServerConn {
     /// Fingerprint of the session settings in effect (0: the server's defaults).
     pub settings: u64,
     pub host: Host,
+    /// When it last went back to the pool (for the health check and the idle timeout).
+    released_at: Instant,
     /// `None` for a share of a pipe: the pipe's own connection holds the slot.
     _slot: Option<Slot>,
 }
@@ -230,6 +238,7 @@ impl ShardUpstream {
             pipes: RefCell::new(Vec::new()),
             pipeline_depth: upstreams.pipeline_depth,
             next_session: Cell::new(1),
+            counters: Default::default(),
         }
     }
 
@@ -324,6 +333,7 @@ impl ShardUpstream {
         if stale.is_some() || !self.replicas.iter().any(|r| r.worth_waiting(now)) {
             return None;
         }
+        super::stats::Counters::bump(&self.counters.replica_waits);
         let deadline = now + replica::WAIT_MAX;
         let waiting: Vec<&Rc<Replica>> = self
             .replicas
@@ -357,6 +367,55 @@ impl ShardUpstream {
             r.wait_ends();
         }
         found
+    }
+
+    /// Wait, at most `limit`, until replica `i` may serve a read at `lsn` (strict, or within
+    /// the `stale` bound as in [`Self::replica_for`]). False when it did not in time, left
+    /// the rotation, or stopped replaying ([`replica::STUCK_AFTER`]): a transaction pinned to
+    /// it cannot go elsewhere, so the caller fails it rather than read stale data.
+    pub async fn replica_catches_up(
+        &self,
+        i: usize,
+        lsn: u64,
+        stale: Option<Duration>,
+        limit: Duration,
+    ) -> bool {
+        let r = &self.replicas[i];
+        let ok = |r: &Replica| match stale {
+            None => r.serves(lsn),
+            Some(bound) => r.serves_stale(lsn, bound, Instant::now()),
+        };
+        if ok(r) {
+            return true;
+        }
+        super::stats::Counters::bump(&self.counters.replica_waits);
+        let deadline = Instant::now() + limit;
+        r.wait_begins();
+        let caught_up = loop {
+            if !r.worth_waiting(Instant::now()) {
+                break false;
+            }
+            let seen = self.replica_progress.generation();
+            let timed_out = futures_lite::future::or(
+                async {
+                    self.replica_progress.changed(seen).await;
+                    false
+                },
+                async {
+                    shards::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                    true
+                },
+            )
+            .await;
+            if ok(r) {
+                break true;
+            }
+            if timed_out {
+                break false;
+            }
+        };
+        r.wait_ends();
+        caught_up
     }
 
     /// The next replica (round robin) that passes `ok`.
@@ -394,16 +453,21 @@ impl Pool {
         Pool {
             config,
             host,
-            idle: RefCell::new(Vec::new()),
+            idle: Rc::new(RefCell::new(Vec::new())),
             slots: Rc::new(Slots::default()),
+            reaper_started: Cell::new(false),
         }
     }
 
     /// A connection for a client whose settings have fingerprint `settings`: an idle one
     /// with the same settings if there is one (no replay needed), else any idle one, else a
     /// new one while under the limit, else wait. Idle connections the server closed are
-    /// dropped here (health check without a round trip: their socket reports end of stream).
+    /// dropped here (their socket reports end of stream, no round trip); one idle longer than
+    /// the idle timeout is closed; one idle at least the check delay must answer an empty
+    /// Query within the check timeout first (a host gone without a FIN, a backend that hangs),
+    /// else it is closed and the next is tried: the client never sees the failure.
     pub async fn acquire(&self, settings: u64) -> Result<ServerConn, String> {
+        let timers = self.config.timers;
         loop {
             let found = {
                 let mut idle = self.idle.borrow_mut();
@@ -414,14 +478,29 @@ impl Pool {
                 i.map(|i| idle.swap_remove(i))
             };
             if let Some(mut conn) = found {
-                if conn.alive().await {
-                    return Ok(conn);
+                let idle_for = conn.released_at.elapsed();
+                if !timers.idle_timeout.is_zero() && idle_for >= timers.idle_timeout {
+                    continue; // the reaper would have closed it
                 }
-                log::info!(
-                    "upstream connection {} was closed while idle",
-                    conn.process_id
-                );
-                continue;
+                if !conn.alive().await {
+                    log::info!(
+                        "upstream connection {} was closed while idle",
+                        conn.process_id
+                    );
+                    continue;
+                }
+                if idle_for >= timers.check_delay {
+                    if let Err(why) = conn.check(timers.check_timeout).await {
+                        log::warn!(
+                            "upstream connection {} to {} failed its health check after \
+                             {idle_for:?} idle ({why}); replacing it",
+                            conn.process_id,
+                            self.config.address
+                        );
+                        continue;
+                    }
+                }
+                return Ok(conn);
             }
             if self.slots.open.get() < self.config.pool_size_per_shard {
                 self.slots.open.set(self.slots.open.get() + 1);
@@ -462,14 +541,66 @@ impl Pool {
             statements: Rc::default(),
             settings: 0,
             host: self.host,
+            released_at: Instant::now(),
             _slot: Some(slot),
         })
     }
 
     fn release(&self, mut conn: ServerConn) {
         conn.buf.shrink_if_idle();
+        conn.released_at = Instant::now();
         self.idle.borrow_mut().push(conn);
         self.slots.wake_first_waiter();
+        self.start_reaper();
+    }
+
+    /// Close idle connections once they have been idle the idle timeout, whether or not a
+    /// client comes (one task per pool, started at the first release; it ends with the pool).
+    /// It wakes every quarter of the timeout, so a connection lives at most 1.25 times it.
+    fn start_reaper(&self) {
+        let timeout = self.config.timers.idle_timeout;
+        if timeout.is_zero() || self.reaper_started.replace(true) {
+            return;
+        }
+        let idle: Weak<RefCell<Vec<ServerConn>>> = Rc::downgrade(&self.idle);
+        let period = (timeout / 4).max(Duration::from_millis(10));
+        glommio::spawn_local(async move {
+            loop {
+                shards::time::sleep(period).await;
+                let Some(idle) = idle.upgrade() else {
+                    return;
+                };
+                // Taken out first: dropping a connection wakes a waiter, which may look at
+                // the idle list; no borrow is held then.
+                let expired: Vec<ServerConn> = {
+                    let mut idle = idle.borrow_mut();
+                    let (old, fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut *idle)
+                        .into_iter()
+                        .partition(|c| c.released_at.elapsed() >= timeout);
+                    *idle = fresh;
+                    old
+                };
+                for conn in &expired {
+                    log::info!(
+                        "closing upstream connection {} idle for over {timeout:?}",
+                        conn.process_id
+                    );
+                }
+                drop(expired);
+            }
+        })
+        .detach();
+    }
+
+    /// The pool as it is now, for `--metrics-listen`.
+    pub fn stats(&self, role: &'static str) -> super::stats::HostStats {
+        super::stats::HostStats {
+            role,
+            address: self.config.address.to_string(),
+            open: self.slots.open.get(),
+            idle: self.idle.borrow().len(),
+            waiting: self.slots.waiters.borrow().len(),
+        }
     }
 
     /// Clients wait for a connection (every one is open and taken).
@@ -518,6 +649,42 @@ impl ServerConn {
         futures_lite::future::poll_once(read).await.is_none()
     }
 
+    /// One round trip on an idle connection held whole: an empty Query, answered by
+    /// EmptyQueryResponse and ReadyForQuery `I` (PgBouncer's `server_check_query` default is
+    /// also empty). An error, another status, or no answer within `limit` fails it.
+    ///
+    /// # Cancel safety
+    /// Not: dropped midway, the connection is mid-exchange; the caller closes it on `Err`.
+    async fn check(&mut self, limit: Duration) -> Result<(), String> {
+        let ServerConn { link, buf, .. } = self;
+        let Link::Own(stream) = link else {
+            return Ok(()); // a share of a pipe is never pooled
+        };
+        let mut query = Vec::with_capacity(6);
+        frontend::encode_query(&mut query, "");
+        replica::with_timeout("health check", limit, async {
+            stream.write_all(&query).await.map_err(|e| e.to_string())?;
+            loop {
+                let frame = buf
+                    .frame()
+                    .map_err(|e| e.to_string())?
+                    .map(|(f, len)| (f.tag, f.body.first().copied(), len));
+                let Some((tag, first, len)) = frame else {
+                    buf.fill(stream).await.map_err(|e| e.to_string())?;
+                    continue;
+                };
+                buf.consume(len);
+                match (tag, first) {
+                    (b'Z', Some(b'I')) => return Ok(()),
+                    (b'Z', _) => return Err("not idle".to_string()),
+                    (b'E', _) => return Err("the server answered with an error".to_string()),
+                    _ => {} // EmptyQueryResponse, notices, parameter changes
+                }
+            }
+        })
+        .await
+    }
+
     /// Send `bytes`: on the connection, or as one unit of the pipe.
     pub async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match &mut self.link {
@@ -552,6 +719,7 @@ impl ServerConn {
             statements: pipe.statements.clone(),
             settings: pipe.settings,
             host: pipe.host,
+            released_at: Instant::now(),
             _slot: None,
         }
     }

@@ -87,6 +87,11 @@ impl Replica {
         }
     }
 
+    /// Its last poll succeeded and no read has failed on it since.
+    pub fn in_rotation(&self) -> bool {
+        self.up.get()
+    }
+
     /// May serve a read at timestamp `lsn` (strict: it has replayed at least that far).
     pub fn serves(&self, lsn: u64) -> bool {
         self.up.get() && self.replay_lsn.get() >= lsn

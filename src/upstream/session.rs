@@ -25,6 +25,11 @@
 //!   the oracle's applied LSN as of the batch's start (`ShardUpstream::replica_for`). If the
 //!   replica fails it before a byte of its replies reached the client, the batch is run again
 //!   on the primary.
+//! - **Read-only transactions.** `BEGIN READ ONLY` (or a BEGIN under
+//!   `default_transaction_read_only`), not serializable, runs on such a replica to its end;
+//!   at read committed each later statement first waits (bounded) for the replica to replay
+//!   what was acknowledged before it, and the transaction fails with 40001 if it does not
+//!   (`Session::pick_replica_tx`, `Session::continue_replica_tx`).
 //! - **The applied LSN.** After a commit that may have written, the primary's WAL position is
 //!   asked on the same connection in the same pipeline (a swallowed Query right behind the
 //!   client's Sync/Query), and the oracle's applied LSN raised before the client's
@@ -43,11 +48,13 @@ use protocol::{PgError, Severity, SqlState};
 use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
-    autocommit_only, classify, deallocated, read_only, route, Route, SetChange, TxControl,
+    autocommit_only, begin_modes, classify, contains_ignore_case, deallocated, read_only, route,
+    tx_end, Isolation, Route, SetChange, TxControl, TxEnd,
 };
 use super::client::ReplyBuf;
 use super::pipe::Lease;
 use super::pool::{ConnStatements, Host, Link, ServerConn, ShardUpstream, StatementKey};
+use super::stats::Counters;
 
 /// Asked on the primary, in the same pipeline, right after a commit that may have written
 /// (and before the client's ReadyForQuery is released); the answer becomes the oracle's
@@ -70,6 +77,12 @@ const LSN_QUERY: &str = "SELECT pg_current_wal_insert_lsn()";
 /// Reads at `serializable` (not strict) with no `ringwire.max_replica_lag_ms` may miss the
 /// commits of this long ago.
 const SERIALIZABLE_STALENESS_MAX: Duration = Duration::from_secs(1);
+
+/// The longest a statement of a read-committed read-only transaction on a replica waits for
+/// that replica to replay every commit acknowledged before the statement started. The
+/// transaction cannot move to the primary mid-way; one whose replica does not catch up in
+/// time (or stops replaying) fails with 40001 and is ended (see `Session::abandon_replica_tx`).
+const IN_TRANSACTION_WAIT_MAX: Duration = Duration::from_millis(1000);
 
 /// Replies piled up past this are written to the client mid-batch (a large result streams).
 const CLIENT_FLUSH_BYTES: usize = 256 << 10;
@@ -108,6 +121,19 @@ impl ClientStatement {
             .collect();
         frontend::encode_parse(out, &self.upstream_name(), &self.sql, &types);
     }
+}
+
+/// A read-only transaction that runs on a replica (see `Session::pick_replica_tx`).
+#[derive(Clone, Copy, Debug)]
+struct ReplicaTx {
+    replica: usize,
+    /// Read committed: every statement takes a new snapshot, so each batch that runs one
+    /// first waits for the replica to replay the applied LSN as of its start. (Repeatable
+    /// read: the snapshot is taken at the first statement, after the check at BEGIN.)
+    each_statement: bool,
+    /// The batch that began it is running: if the replica fails it before any reply reached
+    /// the client, it is run again on the primary (the transaction never started).
+    first_batch: bool,
 }
 
 /// The message a queued reply answers.
@@ -223,6 +249,12 @@ pub struct Session {
     /// `default_transaction_isolation` is serializable, which a hot standby refuses: replica
     /// connections get `repeatable read` instead (the same for a read-only statement).
     serializable: bool,
+    /// The session's `default_transaction_read_only` and `default_transaction_isolation`:
+    /// what a plain `BEGIN` starts.
+    default_read_only: bool,
+    default_isolation: Isolation,
+    /// The open transaction is read-only and runs on a replica; `server` is that replica's.
+    replica_tx: Option<ReplicaTx>,
 }
 
 fn fingerprint(startup: &[(String, String)], sets: &[(String, String)]) -> u64 {
@@ -287,6 +319,8 @@ impl Session {
         }
         let settings = fingerprint(&startup_sets, &[]);
         let (staleness, serializable) = read_rules(&startup_sets, &[]);
+        let (default_read_only, default_isolation) = tx_defaults(&startup_sets, &[]);
+        Counters::bump(&shard.counters.clients);
         let mut session = Session {
             id: shard.session_id(),
             shard,
@@ -317,6 +351,9 @@ impl Session {
             retry_on_primary: None,
             staleness,
             serializable,
+            default_read_only,
+            default_isolation,
+            replica_tx: None,
             shown: Vec::new(),
         };
         session.shown = session
@@ -329,6 +366,15 @@ impl Session {
             })
             .collect();
         Ok(session)
+    }
+}
+
+impl Drop for Session {
+    /// The client-connections gauge counts sessions alive, however their connection ended
+    /// (`close` is not reached when the connection's task is dropped).
+    fn drop(&mut self) {
+        let clients = &self.shard.counters.clients;
+        clients.set(clients.get().saturating_sub(1));
     }
 }
 
@@ -416,6 +462,10 @@ impl Session {
     }
 
     /// See [`shards::engine::Engine::relay`].
+    ///
+    /// A batch is relayed in parts only where a read-only transaction on a replica ends
+    /// inside it: what follows the end is routed afresh (it must not run on the replica
+    /// unchecked), one round trip later.
     pub async fn relay(
         &mut self,
         frames: &[u8],
@@ -423,19 +473,71 @@ impl Session {
         out: &mut Vec<u8>,
         client: &mut (dyn AsyncWrite + Unpin),
     ) -> Result<(), PgError> {
+        let mut rest = frames;
+        loop {
+            let used = self.relay_part(rest, cancel, out, client).await?;
+            debug_assert!(used <= rest.len() && (used > 0 || rest.is_empty()));
+            rest = &rest[used.min(rest.len())..];
+            if rest.is_empty() || used == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Relay the first part of `frames` (all of it unless a replica transaction ends inside);
+    /// returns the bytes relayed.
+    async fn relay_part(
+        &mut self,
+        frames: &[u8],
+        cancel: &CancelToken,
+        out: &mut Vec<u8>,
+        client: &mut (dyn AsyncWrite + Unpin),
+    ) -> Result<usize, PgError> {
+        let mut frames = frames;
         let mut replica = None;
         if self
             .server
             .as_ref()
             .is_some_and(|s| s.host != Host::Primary)
         {
-            // A replica connection is never kept past a batch (replica batches are read-only
-            // autocommit work ending in Sync/Query); if one were, this batch must not run on it
-            // unchecked.
-            debug_assert!(false, "a replica connection was held past its batch");
-            if self.expect.is_empty() && self.tx == b'I' && !self.pinned {
-                if let Some(server) = self.server.take() {
-                    self.give_back(server);
+            match self.replica_tx {
+                Some(tx) => match self.continue_replica_tx(frames, tx).await {
+                    Ok(part) => {
+                        frames = &frames[..part];
+                        replica = Some(tx.replica);
+                    }
+                    Err(e) => {
+                        self.abandon_replica_tx(frames, out, e);
+                        return Ok(frames.len());
+                    }
+                },
+                None => {
+                    // Outside a read-only transaction a replica connection is never kept past
+                    // a batch (replica reads are autocommit work ending in Sync/Query); if one
+                    // were, this batch must not run on it unchecked.
+                    debug_assert!(false, "a replica connection was held past its batch");
+                    if self.expect.is_empty() && self.tx == b'I' && !self.pinned {
+                        if let Some(server) = self.server.take() {
+                            self.give_back(server);
+                        }
+                    }
+                }
+            }
+        }
+        if self.server.is_none() {
+            if let Some((i, each_statement, part)) = self.pick_replica_tx(frames).await {
+                match self.take_connection(Host::Replica(i), None).await {
+                    Ok(()) => {
+                        self.replica_tx = Some(ReplicaTx {
+                            replica: i,
+                            each_statement,
+                            first_batch: true,
+                        });
+                        Counters::bump(&self.shard.counters.replica_transactions);
+                        frames = &frames[..part];
+                        replica = Some(i);
+                    }
+                    Err(why) => self.shard.replica_failed(i, &why),
                 }
             }
         }
@@ -443,13 +545,16 @@ impl Session {
             replica = self.pick_replica(frames).await;
             let unit = self.pipelinable(frames);
             if let Some(i) = replica {
-                if let Err(why) = self.take_connection(Host::Replica(i), unit).await {
-                    self.shard.replica_failed(i, &why);
-                    replica = None;
+                match self.take_connection(Host::Replica(i), unit).await {
+                    Ok(()) => Counters::bump(&self.shard.counters.replica_reads),
+                    Err(why) => {
+                        self.shard.replica_failed(i, &why);
+                        replica = None;
+                    }
                 }
             }
             if self.server.is_none() && !self.acquire_primary(frames, unit, out).await {
-                return Ok(());
+                return Ok(frames.len());
             }
         }
         let out_start = out.len();
@@ -466,6 +571,8 @@ impl Session {
             if replica_down {
                 self.shard.replica_failed(i, &why);
             }
+            // (The first batch of a replica transaction: it never started for the client.)
+            self.replica_tx = None;
             log::debug!("replica read retried on the primary: {why}");
             out.truncate(out_start);
             if let Some(saved) = saved_statements {
@@ -485,11 +592,22 @@ impl Session {
             self.wrote = !self.shard.replicas.is_empty();
             let unit = self.pipelinable(frames);
             if !self.acquire_primary(frames, unit, out).await {
-                return Ok(());
+                return Ok(frames.len());
             }
             self.run_batch(frames, cancel, out, client).await?;
         }
         self.replica_read = None;
+        if let Some(tx) = self.replica_tx.as_mut() {
+            tx.first_batch = false;
+            if self.server.is_none() {
+                // Lost mid-transaction: the client got 08006 and stays connected; the
+                // transaction is gone (the standby rolled it back).
+                let i = tx.replica;
+                self.replica_tx = None;
+                self.shard
+                    .replica_failed(i, "connection lost in a read-only transaction");
+            }
+        }
         // After an extended-protocol error with no Sync sent yet, the server skips everything
         // until this client's Sync: the connection stays with this client until then (given
         // back, another client's statements would be skipped).
@@ -502,8 +620,23 @@ impl Session {
             if let Some(server) = self.server.take() {
                 self.give_back(server);
             }
+            self.replica_tx = None;
+        } else if self.replica_tx.is_some()
+            && self.tx == b'I'
+            && self.pinned
+            && self.expect.is_empty()
+            && !self.copy_in
+            && !self.skip_until_sync
+        {
+            // Unreachable: statements that pin are refused in a replica transaction
+            // (`replica_tx_cut`). Kept, the replica connection would serve later writes.
+            debug_assert!(false, "a replica transaction pinned its session");
+            log::error!("a read-only transaction on a replica pinned its session; closing it");
+            self.server = None;
+            self.pinned = false;
+            self.replica_tx = None;
         }
-        Ok(())
+        Ok(frames.len())
     }
 
     /// A primary connection (or a share of a pipelined one) for this batch. If none can be
@@ -683,7 +816,222 @@ impl Session {
         // The read's timestamp: every commit acknowledged before this instant is at or
         // before it.
         let lsn = self.shard.applied_lsn();
-        self.shard.replica_for(lsn, self.staleness).await
+        let found = self.shard.replica_for(lsn, self.staleness).await;
+        if found.is_none() {
+            Counters::bump(&self.shard.counters.sent_to_primary);
+        }
+        found
+    }
+
+    /// A replica for a batch that begins a read-only transaction, whether its statements
+    /// each need a freshness check (read committed), and the length of the batch's part
+    /// that runs in it; `None` for the primary.
+    ///
+    /// The batch must start (after any Close/Sync/Flush) with a Query (or Parse) that is one
+    /// `BEGIN`/`START TRANSACTION`
+    /// whose modes, with the session's defaults, make it read-only and not serializable. A
+    /// serializable transaction goes to the primary (a hot standby refuses serializable,
+    /// 0A000) — except under a serializable *default*, whose bounded staleness already lets
+    /// the session's reads go to replicas, where its connections run at repeatable read (the
+    /// settings replay). `BEGIN; SET TRANSACTION READ ONLY` is read-write when it begins, so
+    /// it goes to the primary. The replica must have replayed the applied LSN as of now:
+    /// every commit acknowledged before the transaction began (`replica_for`, which may wait
+    /// briefly). At repeatable read that one check suffices: the snapshot is taken at the
+    /// first statement, later.
+    async fn pick_replica_tx(&self, frames: &[u8]) -> Option<(usize, bool, usize)> {
+        if self.shard.replicas.is_empty() || !self.idle_and_unpinned() || self.wrote {
+            return None;
+        }
+        // Drivers pipeline the Close of a statement they dropped (and its Sync) in front of
+        // the next one (tokio-postgres does): those run anywhere.
+        let mut rest = frames;
+        let sql = loop {
+            let (frame, len) = split_frame(rest, usize::MAX).ok()??;
+            rest = &rest[len..];
+            match FrontendMessage::parse(frame).ok()? {
+                FrontendMessage::Query { sql } | FrontendMessage::Parse { sql, .. } => break sql,
+                FrontendMessage::Close { .. } | FrontendMessage::Sync | FrontendMessage::Flush => {}
+                _ => return None,
+            }
+        };
+        let modes = begin_modes(sql)?;
+        if !modes.read_only.unwrap_or(self.default_read_only) {
+            return None;
+        }
+        let isolation = match modes.isolation {
+            Some(Isolation::Serializable) => return None,
+            Some(level) => level,
+            None => self.default_isolation,
+        };
+        let part = self.replica_tx_cut(frames, true)?;
+        let lsn = self.shard.applied_lsn();
+        let Some(i) = self.shard.replica_for(lsn, self.staleness).await else {
+            Counters::bump(&self.shard.counters.sent_to_primary);
+            return None;
+        };
+        Some((i, isolation == Isolation::ReadCommitted, part))
+    }
+
+    /// A batch inside the session's read-only transaction on a replica: how much of it runs
+    /// there now. At read committed (or once the text mentions `isolation`: `SET TRANSACTION
+    /// ISOLATION LEVEL` may have made it so), a batch that runs a statement first waits, at
+    /// most [`IN_TRANSACTION_WAIT_MAX`], for the replica to replay the applied LSN as of
+    /// now; the error if it does not (the transaction cannot move hosts), or if the batch
+    /// has something a replica transaction cannot run (see `replica_tx_cut`).
+    async fn continue_replica_tx(
+        &mut self,
+        frames: &[u8],
+        tx: ReplicaTx,
+    ) -> Result<usize, PgError> {
+        if self.copy_in {
+            return Ok(frames.len());
+        }
+        let part = self.replica_tx_cut(frames, false).ok_or_else(|| {
+            PgError::new(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "this read-only transaction runs on a replica (ringwire), which cannot run \
+                 statements that tie the session to its connection (PREPARE, LISTEN, SET ROLE, \
+                 a WITH HOLD cursor, a SET inside a prepared statement) or that end the \
+                 transaction and go on in the same query; the transaction was ended",
+            )
+        })?;
+        let part_frames = &frames[..part];
+        let mut each_statement = tx.each_statement;
+        let mut runs = false;
+        let mut rest = part_frames;
+        while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+            rest = &rest[len..];
+            match FrontendMessage::parse(frame) {
+                Ok(FrontendMessage::Query { sql }) => {
+                    each_statement |= contains_ignore_case(sql.as_bytes(), b"isolation");
+                    let r = route(sql);
+                    runs |= r.read_only || r.writes;
+                }
+                Ok(FrontendMessage::Parse { sql, .. }) => {
+                    each_statement |= contains_ignore_case(sql.as_bytes(), b"isolation");
+                }
+                Ok(FrontendMessage::Bind(_) | FrontendMessage::Execute { .. }) => runs = true,
+                Ok(FrontendMessage::FunctionCall) => runs = true,
+                _ => {}
+            }
+        }
+        if let Some(t) = self.replica_tx.as_mut() {
+            t.each_statement = each_statement;
+        }
+        if each_statement && runs {
+            let lsn = self.shard.applied_lsn();
+            let caught_up = self
+                .shard
+                .replica_catches_up(tx.replica, lsn, self.staleness, IN_TRANSACTION_WAIT_MAX)
+                .await;
+            if !caught_up && !self.shard.replicas[tx.replica].in_rotation() {
+                // Failed or unreachable (its poller says so): the transaction is as good as
+                // lost with it.
+                return Err(lost(
+                    "the replica serving this read-only transaction left the \
+                                 rotation",
+                ));
+            }
+            if !caught_up {
+                return Err(PgError::new(
+                    SqlState(*b"40001"),
+                    format!(
+                        "could not serialize access: the replica running this read-only \
+                         read-committed transaction did not replay the commits acknowledged \
+                         before this statement within {IN_TRANSACTION_WAIT_MAX:?}; the \
+                         transaction was ended, retry it"
+                    ),
+                ));
+            }
+        }
+        Ok(part)
+    }
+
+    /// How much of `frames` may run in a read-only transaction on a replica: up to the end
+    /// of the message that may end the transaction (a Query with COMMIT/ROLLBACK/…, or the
+    /// Sync after an Execute of one); what follows is routed afresh, since on the replica it
+    /// would run unchecked (a write there fails, a read may be stale). `None` if the part
+    /// has what such a transaction cannot run: a Query that ends the transaction and goes on
+    /// (`COMMIT; INSERT …` in one Query: it cannot be split), or a statement that pins the
+    /// session (its connection would then be kept, and the replica serve later writes).
+    /// `begin`: the first message is the BEGIN that opens the transaction.
+    fn replica_tx_cut(&self, frames: &[u8], begin: bool) -> Option<usize> {
+        // Statements parsed earlier in this part: (name, controls the transaction).
+        let mut parsed: [(&str, bool); 8] = [("", false); 8];
+        let mut n_parsed = 0;
+        // Already over (an error left the server skipping to a Sync the client had not sent):
+        // that Sync ends it.
+        let mut pending_end = !begin && self.tx == b'I';
+        let mut ended = false;
+        let mut first = begin;
+        let mut offset = 0;
+        let mut rest = frames;
+        while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+            if ended {
+                return Some(offset);
+            }
+            let tag = frame.tag;
+            rest = &rest[len..];
+            offset += len;
+            match FrontendMessage::parse(frame) {
+                Ok(FrontendMessage::Query { sql }) => {
+                    if classify(sql).pins {
+                        return None;
+                    }
+                    match tx_end(sql, first) {
+                        TxEnd::Inside => return None,
+                        TxEnd::Last => ended = true,
+                        TxEnd::No => {}
+                    }
+                }
+                Ok(FrontendMessage::Parse { name, sql, .. }) => {
+                    let fx = classify(sql);
+                    if fx.pins || !fx.sets.is_empty() || !self.pending_sets.is_empty() {
+                        return None;
+                    }
+                    if n_parsed == parsed.len() {
+                        return None;
+                    }
+                    let control = !first && tx_end(sql, false) != TxEnd::No;
+                    parsed[n_parsed] = (name, control);
+                    n_parsed += 1;
+                }
+                Ok(FrontendMessage::Bind(bind)) => {
+                    let control = parsed[..n_parsed]
+                        .iter()
+                        .rev()
+                        .find(|(n, _)| *n == bind.statement)
+                        .map(|p| p.1)
+                        .or_else(|| {
+                            self.statements
+                                .get(bind.statement)
+                                .map(|s| s.route.tx != TxControl::None)
+                        })
+                        .unwrap_or(false);
+                    pending_end |= control;
+                }
+                Ok(FrontendMessage::Sync) => {
+                    ended |= pending_end;
+                    pending_end = false;
+                }
+                _ => {}
+            }
+            // (Closes and Syncs in front of the BEGIN do not count: see `pick_replica_tx`.)
+            first &= matches!(tag, b'C' | b'S' | b'H');
+        }
+        Some(frames.len())
+    }
+
+    /// End the session's replica transaction with `err`: its connection is closed (the
+    /// standby rolls the transaction back), what it owed the client and every message of
+    /// `frames` is answered with `err` and ReadyForQuery `I`. The client stays connected.
+    fn abandon_replica_tx(&mut self, frames: &[u8], out: &mut Vec<u8>, err: PgError) {
+        log::info!("read-only transaction on a replica ended: {}", err.message);
+        Counters::bump(&self.shard.counters.replica_transactions_failed);
+        self.server = None;
+        self.replica_tx = None;
+        self.fail_outstanding(out, err.clone());
+        self.fail_locally(frames, out, err);
     }
 
     /// Every message of the batch is part of a read-only autocommit statement, and the batch
@@ -767,7 +1115,10 @@ impl Session {
         {
             let raw = &rest[..len];
             rest = &rest[len..];
-            runs |= matches!(frame.tag, b'Q' | b'E' | b'F');
+            if matches!(frame.tag, b'Q' | b'E' | b'F') {
+                runs = true;
+                Counters::bump(&self.shard.counters.statements);
+            }
             log::trace!("client {:?}", frame.tag as char);
             self.translate(frame.tag, raw)?;
         }
@@ -1051,8 +1402,10 @@ impl Session {
     /// A statement is about to run: note whether it may write and what it does to the
     /// transaction block.
     fn note_route(&mut self, r: Route) {
-        // Without replicas nobody reads the applied LSN: commits are not tracked.
-        self.wrote |= r.writes && !self.shard.replicas.is_empty();
+        // Without replicas nobody reads the applied LSN: commits are not tracked. Nothing
+        // that runs on a replica can write (the standby refuses), nor can its position be
+        // asked there.
+        self.wrote |= r.writes && !self.shard.replicas.is_empty() && self.replica_read.is_none();
         match r.tx {
             TxControl::None => {}
             TxControl::Begin => self.predicted_open = true,
@@ -1140,6 +1493,8 @@ impl Session {
             }
             self.settings = fingerprint(&self.startup_sets, &self.sets);
             (self.staleness, self.serializable) = read_rules(&self.startup_sets, &self.sets);
+            (self.default_read_only, self.default_isolation) =
+                tx_defaults(&self.startup_sets, &self.sets);
             if let Some(server) = self.server.as_mut() {
                 // The server ran them; after RESET ALL it lost the startup values too, so the
                 // next batch replays.
@@ -1321,13 +1676,16 @@ impl Session {
                 }
                 let code = error_field(body, b'C');
                 if self.replica_read.is_some()
+                    && self.replica_tx.is_none()
                     && !self.flushed_mid_batch
                     && matches!(code.as_deref(), Some("25006" | "40001" | "0A000"))
                 {
                     // Not the client's error but the standby's: a write the text scan let
                     // through (25006), a conflict with recovery (40001), something a standby
                     // does not support (0A000). The batch is run again on the primary once
-                    // this connection is back at ReadyForQuery.
+                    // this connection is back at ReadyForQuery. (Not in a read-only
+                    // transaction: there 25006 is PostgreSQL's answer to the client's write,
+                    // and the transaction cannot move.)
                     self.retry_on_primary
                         .get_or_insert((false, error_field(body, b'M').unwrap_or_default()));
                 }
@@ -1508,7 +1866,8 @@ impl Session {
         self.commit_unrecorded = false;
         // The commit's outcome is unknown to the client (it gets 08006): nothing to record.
         self.wrote = false;
-        if self.replica_read.is_some() && !self.flushed_mid_batch {
+        let may_retry = self.replica_tx.is_none_or(|tx| tx.first_batch);
+        if self.replica_read.is_some() && !self.flushed_mid_batch && may_retry {
             // Nothing of this read reached the client: the primary answers it instead.
             log::info!("replica connection lost: {why}; the read goes to the primary");
             self.retry_on_primary = Some((true, why.to_string()));
@@ -1520,7 +1879,13 @@ impl Session {
             return;
         }
         log::warn!("upstream connection lost: {why}");
-        let err = lost(why);
+        self.fail_outstanding(out, lost(why));
+    }
+
+    /// The connection is gone: `err` where each outstanding statement's outcome should have
+    /// been, ReadyForQuery `I` for each Sync/Query the client is owed, and the session's
+    /// transaction state reset (the server rolled the transaction back).
+    fn fail_outstanding(&mut self, out: &mut Vec<u8>, err: PgError) {
         let mut reported = false;
         let owed = self.must_answer;
         let mut tail_needs_sync = false;
@@ -1676,6 +2041,30 @@ fn read_rules(startup: &[(String, String)], sets: &[(String, String)]) -> (Optio
         _ => None,
     };
     (staleness, serializable)
+}
+
+/// The session's `default_transaction_read_only` and `default_transaction_isolation` (later
+/// settings win; an unreadable value leaves PostgreSQL's default, read-write read committed,
+/// which routes to the primary or checks every statement: the safe side).
+fn tx_defaults(startup: &[(String, String)], sets: &[(String, String)]) -> (bool, Isolation) {
+    let mut read_only = false;
+    let mut isolation = Isolation::ReadCommitted;
+    for (name, stmt) in startup.iter().chain(sets) {
+        match name.as_str() {
+            "default_transaction_read_only" => {
+                read_only = matches!(
+                    setting_value(stmt, name).as_str(),
+                    "on" | "true" | "yes" | "1" | "t" | "y"
+                )
+            }
+            "default_transaction_isolation" => {
+                isolation = Isolation::from_setting(&setting_value(stmt, name))
+                    .unwrap_or(Isolation::ReadCommitted)
+            }
+            _ => {}
+        }
+    }
+    (read_only, isolation)
 }
 
 /// The value a `SET name {TO|=} value` statement gives, unquoted and lower-cased.

@@ -1,0 +1,239 @@
+//! `--metrics-listen` in upstream mode: `GET /metrics` against a running server relaying to
+//! a real PostgreSQL, gathered from both shards over the mesh: client connections,
+//! statements relayed, upstream connections open/idle/in use and clients waiting per host.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::postgres::Postgres;
+use common::ringwire::Ringwire;
+use tokio_postgres::{Client, NoTls};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+/// `GET /metrics`, parsed into `name{labels}` → value.
+fn scrape(port: u16) -> HashMap<String, f64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).expect("read the reply");
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    let body = reply.split_once("\r\n\r\n").expect("headers end").1;
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').expect("`name value`");
+            (k.to_string(), v.parse::<f64>().expect("a number"))
+        })
+        .collect()
+}
+
+/// The sum of every series of `name` (over shards and hosts).
+fn sum(m: &HashMap<String, f64>, name: &str) -> f64 {
+    let prefix = format!("{name}{{");
+    let found: Vec<f64> = m
+        .iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, v)| *v)
+        .collect();
+    assert!(!found.is_empty(), "no {name} in the scrape: {m:?}");
+    found.iter().sum()
+}
+
+async fn connect(rw: &Ringwire) -> Client {
+    let conn = rw.connection_string("postgres");
+    let (client, connection) = tokio_postgres::connect(&conn, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {conn}: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_in_upstream_mode_show_clients_statements_and_pools() {
+    let pg = Postgres::start();
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    // Two shards, one upstream connection each: clients queue for it.
+    let rw = Ringwire::start(&[
+        "--shards",
+        "2",
+        "--upstream",
+        &url,
+        "--upstream-pool-size",
+        "1",
+        "--metrics-listen",
+        &listen,
+    ]);
+    let host = format!("127.0.0.1:{}", pg.port);
+
+    let before = scrape(metrics_port);
+    assert_eq!(before.get("ringwire_shard_up{shard=\"0\"}"), Some(&1.0));
+    assert_eq!(before.get("ringwire_shard_up{shard=\"1\"}"), Some(&1.0));
+    assert_eq!(sum(&before, "ringwire_upstream_client_connections"), 0.0);
+
+    let holder = connect(&rw).await;
+    for i in 0..20 {
+        holder.simple_query(&format!("select {i}")).await.unwrap();
+    }
+    // Holds its shard's only connection.
+    holder.batch_execute("begin").await.unwrap();
+    holder.simple_query("select 1").await.unwrap();
+
+    // Ten more clients, each running one statement: those on the holder's shard wait.
+    let mut waiters = Vec::new();
+    for _ in 0..10 {
+        let c = connect(&rw).await;
+        waiters.push(tokio::spawn(async move {
+            c.simple_query("select 2").await.unwrap();
+            c
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pending = waiters.iter().filter(|w| !w.is_finished()).count();
+    let during = scrape(metrics_port);
+    assert_eq!(sum(&during, "ringwire_upstream_client_connections"), 11.0);
+    // 20 + begin + select 1 + a select per client that ran.
+    assert!(sum(&during, "ringwire_upstream_statements_total") >= 22.0);
+    assert_eq!(
+        sum(&during, "ringwire_upstream_clients_waiting"),
+        pending as f64,
+        "{during:?}"
+    );
+    assert!(pending >= 1, "no client landed on the holder's shard");
+    let in_use_key = |shard: usize| {
+        format!(
+            "ringwire_upstream_connections_in_use{{shard=\"{shard}\",role=\"primary\",host=\"{host}\"}}"
+        )
+    };
+    let in_use: f64 = (0..2)
+        .map(|s| during.get(&in_use_key(s)).copied().unwrap_or(0.0))
+        .sum();
+    assert_eq!(in_use, 1.0, "only the holder has a connection: {during:?}");
+    assert_eq!(
+        sum(&during, "ringwire_upstream_connections_open"),
+        2.0 - f64::from(u8::from(
+            // The other shard opened its connection only if a client landed there.
+            pending == 10
+        ))
+    );
+
+    holder.batch_execute("commit").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut clients = vec![holder];
+    for w in waiters {
+        clients.push(
+            tokio::time::timeout(deadline - Instant::now(), w)
+                .await
+                .expect("a waiting client was never served")
+                .unwrap(),
+        );
+    }
+    let after = scrape(metrics_port);
+    assert_eq!(sum(&after, "ringwire_upstream_clients_waiting"), 0.0);
+    assert_eq!(sum(&after, "ringwire_upstream_connections_in_use"), 0.0);
+    assert_eq!(
+        sum(&after, "ringwire_upstream_connections_idle"),
+        sum(&after, "ringwire_upstream_connections_open")
+    );
+    assert!(sum(&after, "ringwire_upstream_statements_total") >= 33.0);
+    // No replicas: the replica series exist and are zero.
+    assert_eq!(sum(&after, "ringwire_upstream_replica_reads_total"), 0.0);
+    // Clients that leave leave the gauge.
+    drop(clients);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sum(
+        &scrape(metrics_port),
+        "ringwire_upstream_client_connections",
+    ) != 0.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "client connections not counted down"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let url = |pg: &Postgres| format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let rw = Ringwire::start(&[
+        "--shards",
+        "1",
+        "--upstream",
+        &url(&primary),
+        "--replica",
+        &url(&standby),
+        "--metrics-listen",
+        &listen,
+    ]);
+    let client = connect(&rw).await;
+    client
+        .batch_execute("create table kv (k int primary key, v int); insert into kv values (1, 1)")
+        .await
+        .unwrap();
+    // Until a read reaches the standby.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = client
+            .query_one("select pg_is_in_recovery()", &[])
+            .await
+            .unwrap();
+        if r.get::<_, bool>(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no read reached the replica");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client.batch_execute("begin read only").await.unwrap();
+    let r = client
+        .query_one("select pg_is_in_recovery()", &[])
+        .await
+        .unwrap();
+    assert!(r.get::<_, bool>(0));
+    client.batch_execute("commit").await.unwrap();
+    // Replay paused after a write: the next strict read goes to the primary.
+    standby.query_value("select pg_wal_replay_pause()");
+    client
+        .batch_execute("update kv set v = 2 where k = 1")
+        .await
+        .unwrap();
+    let r = client
+        .query_one("select pg_is_in_recovery()", &[])
+        .await
+        .unwrap();
+    assert!(!r.get::<_, bool>(0));
+
+    let m = scrape(metrics_port);
+    assert!(
+        sum(&m, "ringwire_upstream_replica_reads_total") >= 1.0,
+        "{m:?}"
+    );
+    assert_eq!(sum(&m, "ringwire_upstream_replica_transactions_total"), 1.0);
+    assert!(sum(&m, "ringwire_upstream_replica_sent_to_primary_total") >= 1.0);
+    let replica_open = format!(
+        "ringwire_upstream_connections_open{{shard=\"0\",role=\"replica\",host=\"127.0.0.1:{}\"}}",
+        standby.port
+    );
+    assert_eq!(m.get(&replica_open), Some(&1.0), "{m:?}");
+    standby.query_value("select pg_wal_replay_resume()");
+}
