@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
-use ringwire::upstream::{Upstream, UpstreamConfig, Upstreams, WalGeometry};
+use ringwire::upstream::{Upstream, UpstreamConfig, UpstreamLogin, Upstreams, WalGeometry};
 use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
     parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
@@ -137,9 +137,22 @@ struct Cli {
     )]
     replica: Vec<String>,
 
-    /// Upstream connections each shard may open (upstream mode).
+    /// Upstream connections each shard may open per (user, database) and per host
+    /// (upstream mode; PgBouncer's `pool_size`, per shard).
     #[arg(long, default_value_t = 16)]
     upstream_pool_size: usize,
+
+    /// Upstream mode: who clients' statements run as. `client`: each client as the user and
+    /// database it logged in with (credentials from its own authentication: SCRAM
+    /// pass-through, the stored md5 hash, or the cleartext password of `--auth password`).
+    /// `url`: everyone as the `--upstream` URL's user on its database.
+    #[arg(long, value_enum, default_value_t = LoginArg::Client)]
+    upstream_login: LoginArg,
+
+    /// Upstream mode: pooled connections idle this long are closed, so keys (user, database)
+    /// nobody uses any more hold no connections (0: never; PgBouncer's server_idle_timeout).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    upstream_idle_timeout_secs: u64,
 
     /// Upstream mode: pipeline independent autocommit statements of different clients (same
     /// settings) onto one upstream connection, each with its own Sync; see
@@ -198,6 +211,12 @@ enum Command {
         #[arg(long)]
         md5: bool,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LoginArg {
+    Client,
+    Url,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,6 +322,8 @@ fn upstream_config(
     replicas: &[String],
     pool_size: usize,
     pipeline_depth: usize,
+    login: UpstreamLogin,
+    idle_timeout: Option<std::time::Duration>,
 ) -> Result<(Upstreams, Arc<Vec<(String, String)>>), String> {
     if pool_size == 0 {
         return Err("--upstream-pool-size must be at least 1".into());
@@ -353,6 +374,8 @@ fn upstream_config(
         applied: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
         wal,
         pipeline_depth,
+        login,
+        idle_timeout,
     };
     Ok((upstreams, Arc::new(handshake.parameters)))
 }
@@ -450,6 +473,12 @@ fn main() -> ExitCode {
                 OnOff::On => cli.upstream_pipeline_depth,
                 OnOff::Off => 1,
             },
+            match cli.upstream_login {
+                LoginArg::Client => UpstreamLogin::Client,
+                LoginArg::Url => UpstreamLogin::Url,
+            },
+            (cli.upstream_idle_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(cli.upstream_idle_timeout_secs)),
         ) {
             Ok(u) => Some(u),
             Err(e) => {
