@@ -31,6 +31,9 @@ use super::replica::{self, Notify, Replica};
 use super::session::ClientStatement;
 use super::{UpstreamConfig, UpstreamLogin, Upstreams};
 
+/// ParameterStatus values a server reported at a login, shared by the sessions shown them.
+pub type Parameters = Arc<Vec<(String, String)>>;
+
 /// Whose connections a pool holds: the user and database they logged in as.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PoolKey {
@@ -163,7 +166,7 @@ pub struct Pool {
     credential: RefCell<Option<Rc<Credential>>>,
     /// What the server reported to the first login of this key (`session_authorization`,
     /// `is_superuser` and per-role settings differ by user): shown to its clients at startup.
-    pub parameters: RefCell<Option<Arc<Vec<(String, String)>>>>,
+    pub parameters: RefCell<Option<Parameters>>,
 }
 
 /// The count of open connections and who waits for one; shared with each connection so

@@ -48,11 +48,10 @@ use super::classify::{
 use super::client::ReplyBuf;
 use super::pipe::Lease;
 use super::pool::{
-    ConnStatements, Host, Link, Pool, PoolKey, ServerConn, ShardUpstream, StatementKey,
+    ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream, StatementKey,
 };
 use super::UpstreamLogin;
 use shards::auth::Credential;
-use std::sync::Arc;
 
 /// Asked on the primary, in the same pipeline, right after a commit that may have written
 /// (and before the client's ReadyForQuery is released); the answer becomes the oracle's
@@ -175,7 +174,7 @@ pub struct Session {
     primary: Rc<Pool>,
     /// The ParameterStatus values shown at startup: the server's to this key's first login
     /// (the URL user's until `admit` learnt them).
-    parameters: Arc<Vec<(String, String)>>,
+    parameters: Parameters,
     /// Tells this session's queued Parses from other clients' on a shared connection.
     id: u64,
     server: Option<ServerConn>,
