@@ -160,9 +160,10 @@ pub struct Pool {
     pub key: PoolKey,
     idle: RefCell<Vec<ServerConn>>,
     slots: Rc<Slots>,
-    /// The credential of the latest login that succeeded, for connections opened on behalf
-    /// of a client whose own authentication left none (e.g. `trust` to ringwire, as
-    /// PgBouncer keeps a user's SCRAM keys once one client logged in).
+    /// The credential of the latest login that succeeded with a SCRAM ClientKey or an md5
+    /// hash (never a cleartext password), for connections opened on behalf of a client whose
+    /// own authentication left none (e.g. `trust` to ringwire), as PgBouncer keeps a user's
+    /// SCRAM keys once one client logged in.
     credential: RefCell<Option<Rc<Credential>>>,
     /// What the server reported to the first login of this key (`session_authorization`,
     /// `is_superuser` and per-role settings differ by user): shown to its clients at startup.
@@ -638,7 +639,9 @@ impl Pool {
                 })?
             }
         };
-        if credential.is_some() {
+        // A client's cleartext password stays in its session only (it is not the pool's to
+        // keep); the ClientKey and md5 hash are what PgBouncer keeps per user too.
+        if matches!(*credential, Credential::Scram { .. } | Credential::Md5(_)) {
             *self.credential.borrow_mut() = Some(credential);
         }
         if self.parameters.borrow().is_none() {
