@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use ringwire::engine::Frontend;
-use ringwire::upstream::{PoolTimers, Upstream, UpstreamConfig, Upstreams, WalGeometry};
+use ringwire::upstream::{
+    PoolTimers, Upstream, UpstreamConfig, UpstreamLogin, Upstreams, WalGeometry,
+};
 use shards::auth::{AuthSettings, AuthStore, Method, Secret};
 use shards::config::{
     parse_cpu_list, IoMode, Placement, ServerConfig, DEFAULT_IO_MEMORY_BYTES,
@@ -138,9 +140,17 @@ struct Cli {
     )]
     replica: Vec<String>,
 
-    /// Upstream connections each shard may open (upstream mode).
+    /// Upstream connections each shard may open per (user, database) and per host
+    /// (upstream mode; PgBouncer's `pool_size`, per shard).
     #[arg(long, default_value_t = 16)]
     upstream_pool_size: usize,
+
+    /// Upstream mode: who clients' statements run as. `client`: each client as the user and
+    /// database it logged in with (credentials from its own authentication: SCRAM
+    /// pass-through, the stored md5 hash, or the cleartext password of `--auth password`).
+    /// `url`: everyone as the `--upstream` URL's user on its database.
+    #[arg(long, value_enum, default_value_t = LoginArg::Client)]
+    upstream_login: LoginArg,
 
     /// Upstream mode: a pooled connection idle at least this long answers an empty Query
     /// before a client gets it; one that fails (or does not answer within 2 s) is replaced
@@ -148,8 +158,8 @@ struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     upstream_check_delay_secs: u64,
 
-    /// Upstream mode: close pooled connections idle this long (PgBouncer's
-    /// `server_idle_timeout`). 0: never.
+    /// Upstream mode: close pooled connections idle this long, so keys (user, database)
+    /// nobody uses any more hold no connections (PgBouncer's `server_idle_timeout`). 0: never.
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     upstream_idle_timeout_secs: u64,
 
@@ -210,6 +220,12 @@ enum Command {
         #[arg(long)]
         md5: bool,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LoginArg {
+    Client,
+    Url,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,6 +331,7 @@ fn upstream_config(
     replicas: &[String],
     pool_size: usize,
     pipeline_depth: usize,
+    login: UpstreamLogin,
     timers: PoolTimers,
 ) -> Result<(Upstreams, Arc<Vec<(String, String)>>), String> {
     if pool_size == 0 {
@@ -368,6 +385,7 @@ fn upstream_config(
         applied: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
         wal,
         pipeline_depth,
+        login,
     };
     Ok((upstreams, Arc::new(handshake.parameters)))
 }
@@ -464,6 +482,10 @@ fn main() -> ExitCode {
             match cli.upstream_pipeline {
                 OnOff::On => cli.upstream_pipeline_depth,
                 OnOff::Off => 1,
+            },
+            match cli.upstream_login {
+                LoginArg::Client => UpstreamLogin::Client,
+                LoginArg::Url => UpstreamLogin::Url,
             },
             PoolTimers {
                 check_delay: std::time::Duration::from_secs(cli.upstream_check_delay_secs),

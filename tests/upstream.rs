@@ -486,7 +486,16 @@ async fn upstream_authentication_scram_and_md5() {
             "postgres://{user}:{password}@127.0.0.1:{}/postgres",
             pg.port
         );
-        let rw = Ringwire::start(&["--shards", "1", "--upstream", &url]);
+        // The URL's credentials log everyone in with `--upstream-login url` (and do ringwire's
+        // own work in either mode); tests/upstream_users.rs covers clients as themselves.
+        let rw = Ringwire::start(&[
+            "--shards",
+            "1",
+            "--upstream",
+            &url,
+            "--upstream-login",
+            "url",
+        ]);
         let c = connect(&rw).await;
         assert_eq!(
             first_value(&c.simple_query("select current_user").await.unwrap()),

@@ -38,6 +38,7 @@ use crate::shard::{fill_random, Shard};
 use crate::uring::Peer;
 
 use crate::tls::ClientCert;
+pub use client::Credential;
 use hba::{ClientCertCheck, Origin};
 pub use hba::{Hba, Method};
 pub(crate) use scram::ChannelBinding;
@@ -257,6 +258,11 @@ pub(crate) struct Client<'a> {
 /// StartupMessage, kept in place; authentication messages are read behind it and dropped one
 /// by one. On success, anything still to send (SASLFinal) is left in `out` for the caller to
 /// flush with AuthenticationOk.
+///
+/// Returns what the exchange leaves to log in upstream as this user (upstream mode; see
+/// [`client::Credential`]): the ClientKey of a SCRAM exchange, the md5 hash of an md5 user
+/// (whatever the method: the hash alone answers an md5 challenge), or the password sent for
+/// method `password`. Nothing for trust/cert users with a SCRAM verifier or no secret.
 pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     shard: &Rc<Shard<E>>,
     stream: &mut S,
@@ -264,7 +270,7 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     client: &Client<'_>,
     startup_len: usize,
-) -> Result<(), End> {
+) -> Result<Credential, End> {
     let store = &shard.config.auth;
     let tables = store.tables();
     let tls = client.binding != ChannelBinding::Unavailable;
@@ -327,6 +333,10 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     };
     let user = client.user;
     let secret = tables.users.get(user);
+    let mut credential = match secret {
+        Some(Secret::Md5(hash)) => Credential::Md5(*hash),
+        _ => Credential::None,
+    };
     let passed = match (rule.method, secret) {
         (Method::Trust | Method::Cert, _) => true,
         (Method::Reject, _) => {
@@ -337,6 +347,9 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         }
         (Method::Password, _) => {
             let password = io.cleartext_password(backend::write_auth_cleartext).await?;
+            if let Ok(text) = std::str::from_utf8(&password) {
+                credential = Credential::Cleartext(text.to_string());
+            }
             match secret {
                 Some(md5 @ Secret::Md5(_)) => md5.verify_cleartext(user, &password),
                 Some(Secret::Scram(v)) => verify_off_executor(v.clone(), password).await,
@@ -369,7 +382,16 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                 // Unknown user, or an md5 secret SCRAM cannot use: a full exchange, then 28P01.
                 _ => (ScramVerifier::mock(user, &store.mock_key), true),
             };
-            io.scram(client.binding, verifier, doomed).await?
+            match io.scram(client.binding, verifier.clone(), doomed).await? {
+                Some(client_key) => {
+                    credential = Credential::Scram {
+                        client_key,
+                        verifier,
+                    };
+                    true
+                }
+                None => false,
+            }
         }
     };
     // `cert`, and `clientcert=verify-full` on any method: the certificate names the user.
@@ -378,7 +400,7 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
             || matches!(client.client_cert,
                 ClientCert::Verified { common_name: Some(cn) } if cn == user));
     if passed {
-        return Ok(());
+        return Ok(credential);
     }
     // PostgreSQL words the failure by the rule's method, and only password methods get 28P01.
     let (code, what) = match rule.method {
@@ -505,14 +527,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthIo<'_, S> {
         .await
     }
 
-    /// The SASL exchange with SCRAM-SHA-256. Ok(false) is a wrong proof (or a doomed
-    /// exchange); a malformed message is an error.
+    /// The SASL exchange with SCRAM-SHA-256: the client's ClientKey when its proof is right,
+    /// `None` for a wrong proof (or a doomed exchange); a malformed message is an error.
     async fn scram(
         &mut self,
         binding: ChannelBinding,
         verifier: ScramVerifier,
         doomed: bool,
-    ) -> Result<bool, End> {
+    ) -> Result<Option<secret::Key>, End> {
         backend::write_auth_sasl(self.out, binding.mechanisms());
         self.send().await?;
         let mut nonce = [0u8; SERVER_NONCE_BYTES];
@@ -561,15 +583,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthIo<'_, S> {
         let outcome = self
             .next_message(|tag, body| {
                 expect_sasl(tag)?;
-                server.finish(body)
+                server.finish_with_key(body)
             })
             .await?;
         match outcome {
-            Outcome::Authenticated(server_final) => {
+            (Outcome::Authenticated(server_final), Some(client_key)) => {
                 backend::write_auth_sasl_final(self.out, &server_final);
-                Ok(true)
+                Ok(Some(client_key))
             }
-            Outcome::Failed => Ok(false),
+            _ => Ok(None),
         }
     }
 }

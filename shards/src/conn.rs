@@ -307,7 +307,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                     binding: tls.binding,
                     client_cert: &tls.client_cert,
                 };
-                authenticate(shard, stream, rbuf, out, &client, n).await?;
+                let credential = authenticate(shard, stream, rbuf, out, &client, n).await?;
                 // The StartupMessage is still at the front of rbuf (authentication read past it
                 // and dropped only its own message), so the session is built from it in place.
                 let Ok(StartupRequest::Startup { params, .. }) =
@@ -321,13 +321,19 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
                     params,
                     process_id: info.process_id,
                     shard_id: shard.id,
+                    credential: &credential,
                 };
-                let session = shard.engine.open_session(&start).map_err(|e| {
+                let as_fatal = |e: PgError| {
                     End::Fatal(PgError {
                         severity: Severity::Fatal,
                         ..e
                     })
-                })?;
+                };
+                let mut session = shard.engine.open_session(&start).map_err(as_fatal)?;
+                if let Err(e) = shard.engine.admit(&mut session).await {
+                    shard.engine.close_session(&mut session);
+                    return Err(as_fatal(e));
+                }
                 rbuf.consume(n);
                 break (session, info);
             }

@@ -27,6 +27,9 @@ pub struct SessionStart<'a> {
     pub params: StartupParams<'a>,
     pub process_id: i32,
     pub shard_id: usize,
+    /// What the client's authentication left to log in elsewhere as this user (upstream
+    /// mode); the embedded engine ignores it.
+    pub credential: &'a crate::auth::Credential,
 }
 
 /// Identity of a connection, fixed at startup.
@@ -203,6 +206,15 @@ pub trait Engine: 'static {
     /// Called after authentication succeeds; applies startup parameters (`application_name`,
     /// `options=-c ...`, `TimeZone`...). An error is sent as FATAL and the connection closes.
     fn open_session(&self, start: &SessionStart<'_>) -> Result<Self::Session, PgError>;
+
+    /// Called after `open_session`, before AuthenticationOk is sent: an engine that must
+    /// reach something on the client's behalf first (upstream mode logs in upstream as the
+    /// client's user) does it here, so a refusal is a FATAL at login with its SQLSTATE, not
+    /// an error on the first statement. The startup timeout covers it.
+    async fn admit(&self, session: &mut Self::Session) -> Result<(), PgError> {
+        let _ = session;
+        Ok(())
+    }
 
     /// The connection ended (for any reason): release what the session holds elsewhere.
     fn close_session(&self, session: &mut Self::Session);

@@ -7,7 +7,11 @@ use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use protocol::backend::BackendMessage;
 use protocol::frontend;
 use protocol::wire::{split_frame, Frame};
-use shards::auth::client::{md5_response, ScramClient, SCRAM_SHA_256};
+use protocol::{PgError, SqlState};
+use shards::auth::client::{
+    md5_response, md5_response_from_hash, Credential, ScramClient, SCRAM_SHA_256,
+};
+use shards::connect::Address;
 
 use super::UpstreamConfig;
 
@@ -110,31 +114,117 @@ pub struct Handshake {
     pub secret_key: i32,
 }
 
-/// Run the startup exchange on a fresh stream, up to the first ReadyForQuery.
+/// Who ringwire logs in upstream as, and what it answers a password request with.
+pub struct Login<'a> {
+    pub address: &'a Address,
+    pub user: &'a str,
+    pub database: &'a str,
+    pub credential: &'a Credential,
+}
+
+impl<'a> Login<'a> {
+    /// As the upstream URL's user, with the URL's password if it has one.
+    pub fn url(config: &'a UpstreamConfig, credential: &'a Credential) -> Login<'a> {
+        Login {
+            address: &config.address,
+            user: &config.user,
+            database: &config.database,
+            credential,
+        }
+    }
+}
+
+/// The URL's password as a [`Credential`] (ringwire's own logins, and `--upstream-login url`).
+pub fn url_credential(config: &UpstreamConfig) -> Credential {
+    match &config.password {
+        Some(p) => Credential::Cleartext(p.clone()),
+        None => Credential::None,
+    }
+}
+
+/// Why a login failed, with the SQLSTATE the client gets: the server's own for a refusal
+/// (28P01, 28000, 3D000, 53300...), 28000 when ringwire holds nothing that answers what the
+/// server asks, 08006 when the server cannot be reached or the exchange breaks.
+#[derive(Clone, Debug)]
+pub struct LoginError {
+    pub code: SqlState,
+    pub message: String,
+}
+
+impl LoginError {
+    fn broken(message: String) -> LoginError {
+        LoginError {
+            code: SqlState::CONNECTION_FAILURE,
+            message,
+        }
+    }
+
+    /// As the FATAL a client gets at its own login.
+    pub fn to_fatal(&self) -> PgError {
+        PgError::fatal(self.code, self.message.clone())
+    }
+}
+
+impl std::fmt::Display for LoginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<LoginError> for String {
+    fn from(e: LoginError) -> String {
+        e.message
+    }
+}
+
+/// Run the startup exchange as the URL's user (ringwire's own connections: the startup
+/// check, replica pollers).
 pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     buf: &mut ReplyBuf,
     config: &UpstreamConfig,
 ) -> Result<Handshake, String> {
-    let io_err = |e: io::Error| format!("{}: {e}", config.address);
+    let credential = url_credential(config);
+    login(stream, buf, &Login::url(config, &credential))
+        .await
+        .map_err(|e| {
+            format!(
+                "{} refused the connection: {} ({})",
+                config.address,
+                e.message,
+                String::from_utf8_lossy(&e.code.0)
+            )
+        })
+}
+
+/// Run the startup exchange on a fresh stream as `who`, up to the first ReadyForQuery.
+pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    who: &Login<'_>,
+) -> Result<Handshake, LoginError> {
+    let address = who.address;
+    let io_err = |e: io::Error| LoginError::broken(format!("{address}: {e}"));
+    let broken = |e: String| LoginError::broken(format!("{address}: {e}"));
     let mut out = Vec::new();
     frontend::encode_startup(
         &mut out,
         frontend::PROTOCOL_3_0,
         // No application_name: RESET ALL returns a pooled connection to its startup values,
         // and a client that set none must see PostgreSQL's default (''), not ours.
-        &[("user", &config.user), ("database", &config.database)],
+        &[("user", who.user), ("database", who.database)],
     );
     stream.write_all(&out).await.map_err(io_err)?;
     let mut handshake = Handshake::default();
     let mut scram: Option<ScramClient> = None;
-    let password = || {
-        config.password.as_deref().ok_or_else(|| {
-            format!(
-                "{} asks for a password and the upstream URL has none",
-                config.address
-            )
-        })
+    let user = who.user;
+    let cannot = |asked: &str| LoginError {
+        code: SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+        message: format!(
+            "the upstream server {address} asks for {asked} for user \"{user}\", and ringwire \
+             holds {:?} for this login",
+            who.credential
+        ),
     };
     loop {
         let len = loop {
@@ -147,29 +237,37 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
             .frame()
             .map_err(io_err)?
             .expect("a whole frame is buffered");
-        let msg = BackendMessage::parse(frame).map_err(|e| {
-            format!(
-                "{}: malformed message at startup: {}",
-                config.address, e.message
-            )
-        })?;
+        let msg = BackendMessage::parse(frame)
+            .map_err(|e| broken(format!("malformed message at startup: {}", e.message)))?;
         out.clear();
         match msg {
             BackendMessage::AuthenticationOk => {}
-            BackendMessage::AuthenticationCleartextPassword => {
-                frontend::encode_password(&mut out, password()?);
-            }
+            BackendMessage::AuthenticationCleartextPassword => match who.credential {
+                Credential::Cleartext(p) => frontend::encode_password(&mut out, p),
+                _ => return Err(cannot("a cleartext password")),
+            },
             BackendMessage::AuthenticationMd5Password { salt } => {
-                frontend::encode_password(&mut out, &md5_response(&config.user, password()?, salt));
+                let answer = match who.credential {
+                    Credential::Cleartext(p) => md5_response(user, p, salt),
+                    Credential::Md5(hash) => md5_response_from_hash(hash, salt),
+                    _ => return Err(cannot("an md5 password")),
+                };
+                frontend::encode_password(&mut out, &answer);
             }
             BackendMessage::AuthenticationSasl { mechanisms } => {
                 if !mechanisms.contains(&SCRAM_SHA_256) {
-                    return Err(format!(
-                        "{} offers SASL mechanisms {mechanisms:?}, ringwire speaks {SCRAM_SHA_256}",
-                        config.address
-                    ));
+                    return Err(broken(format!(
+                        "offers SASL mechanisms {mechanisms:?}, ringwire speaks {SCRAM_SHA_256}"
+                    )));
                 }
-                let client = ScramClient::new(password()?);
+                let client = match who.credential {
+                    Credential::Cleartext(p) => ScramClient::new(p),
+                    Credential::Scram {
+                        client_key,
+                        verifier,
+                    } => ScramClient::with_client_key(*client_key, verifier.clone()),
+                    _ => return Err(cannot("a SCRAM-SHA-256 proof")),
+                };
                 frontend::encode_sasl_initial_response(
                     &mut out,
                     SCRAM_SHA_256,
@@ -178,17 +276,20 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                 scram = Some(client);
             }
             BackendMessage::AuthenticationSaslContinue { data } => {
-                let client = scram.as_mut().ok_or("SASLContinue before SASL")?;
-                let reply = client
-                    .server_first(data)
-                    .map_err(|e| format!("{}: {e}", config.address))?;
+                let client = scram
+                    .as_mut()
+                    .ok_or_else(|| broken("SASLContinue before SASL".into()))?;
+                let reply = client.server_first(data).map_err(|e| LoginError {
+                    code: SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                    message: format!("{address}, user \"{user}\": {e}"),
+                })?;
                 frontend::encode_sasl_response(&mut out, &reply);
             }
             BackendMessage::AuthenticationSaslFinal { data } => {
-                let client = scram.as_ref().ok_or("SASLFinal before SASL")?;
-                client
-                    .server_final(data)
-                    .map_err(|e| format!("{}: {e}", config.address))?;
+                let client = scram
+                    .as_ref()
+                    .ok_or_else(|| broken("SASLFinal before SASL".into()))?;
+                client.server_final(data).map_err(broken)?;
             }
             BackendMessage::ParameterStatus { name, value } => {
                 handshake
@@ -207,21 +308,19 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
                 return Ok(handshake);
             }
             BackendMessage::ErrorResponse(fields) => {
-                return Err(format!(
-                    "{} refused the connection: {} ({})",
-                    config.address,
-                    fields.message(),
-                    fields.code()
-                ));
+                // The server's own words and SQLSTATE, so a client refused upstream sees what
+                // PostgreSQL would have told it.
+                let code = <[u8; 5]>::try_from(fields.code().as_bytes())
+                    .map(SqlState)
+                    .unwrap_or(SqlState::CONNECTION_FAILURE);
+                return Err(LoginError {
+                    code,
+                    message: fields.message().to_string(),
+                });
             }
             BackendMessage::NoticeResponse(_) | BackendMessage::NegotiateProtocolVersion { .. } => {
             }
-            other => {
-                return Err(format!(
-                    "{}: unexpected message at startup: {other:?}",
-                    config.address
-                ))
-            }
+            other => return Err(broken(format!("unexpected message at startup: {other:?}"))),
         }
         buf.consume(len);
         if !out.is_empty() {

@@ -2,8 +2,10 @@
 //! frontend. Each shard relays its clients' messages to a pool of upstream connections of its
 //! own (no cross-core hop, no shared pool), opened over the shard's own socket path.
 //!
-//! - [`client`]: ringwire as a PostgreSQL client: startup and authentication, the reply buffer.
-//! - `pool`: the shard's upstream connections and the shard's prepared-statement names.
+//! - [`client`]: ringwire as a PostgreSQL client: startup and authentication as a given user
+//!   with a given credential (the client's own, passed through; or the URL's), the reply buffer.
+//! - `pool`: the shard's upstream connections, one pool per (host, user, database), and the
+//!   shard's prepared-statement names.
 //! - `pipe`: autocommit units of several clients pipelined onto one upstream connection.
 //! - `classify`: what a statement does to session state (SET tracking, what pins a session).
 //! - `session`: one client's relay: message rewriting, replies in order, transaction pooling,
@@ -76,6 +78,18 @@ impl Default for PoolTimers {
     }
 }
 
+/// Who clients' statements run upstream as (`--upstream-login`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamLogin {
+    /// Each client as the user and database it logged in to ringwire with (PgBouncer's and
+    /// PostgreSQL's behaviour: `current_user`, GRANTs, row-level security and
+    /// `current_database()` are the client's). Credentials come from the client's own
+    /// authentication (`shards::auth::Credential`).
+    Client,
+    /// Everyone as the URL's user on the URL's database, with the URL's password.
+    Url,
+}
+
 /// The upstream hosts, and the oracle's applied timestamp they share.
 pub struct Upstreams {
     pub primary: Arc<UpstreamConfig>,
@@ -90,6 +104,8 @@ pub struct Upstreams {
     /// Most autocommit units of different clients pipelined on one upstream connection
     /// (`--upstream-pipeline`); 0 or 1: none, every unit takes a connection of its own.
     pub pipeline_depth: usize,
+    /// `--upstream-login`.
+    pub login: UpstreamLogin,
 }
 
 /// The primary's WAL page and segment sizes (`wal_block_size`, `wal_segment_size`), to read
@@ -383,12 +399,16 @@ impl Engine for Upstream {
         Session::open(self.shard.clone(), start)
     }
 
+    async fn admit(&self, session: &mut Session) -> Result<(), PgError> {
+        session.admit().await
+    }
+
     fn close_session(&self, session: &mut Session) {
         session.close();
     }
 
     fn write_startup_parameters(&self, session: &Session, out: &mut Vec<u8>) {
-        for (name, value) in self.shard.parameters.iter() {
+        for (name, value) in session.parameters().iter() {
             let value = session.startup_value(name).unwrap_or(value);
             backend::write_parameter_status(out, name, value);
         }

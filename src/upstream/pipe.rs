@@ -47,7 +47,7 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 use super::client::ReplyBuf;
-use super::pool::{ConnStatements, Host, ServerConn, ShardUpstream};
+use super::pool::{ConnStatements, Host, Pool, ServerConn, ShardUpstream};
 
 /// One client's unit on a pipe.
 #[derive(Default)]
@@ -95,6 +95,9 @@ impl Unit {
 pub struct Pipe {
     shard: Rc<ShardUpstream>,
     pub host: Host,
+    /// The pool (host, user, database) the connection came from: only that pool's clients
+    /// join.
+    pub pool: Rc<Pool>,
     pub settings: u64,
     pub process_id: i32,
     pub secret_key: i32,
@@ -132,10 +135,16 @@ const LEFT_OPEN: &str = "a statement left a transaction open on a shared upstrea
 
 impl Pipe {
     /// A pipe over `conn` (idle, with the settings `conn.settings`).
-    pub fn new(shard: Rc<ShardUpstream>, conn: ServerConn, depth: usize) -> Rc<Pipe> {
+    pub fn new(
+        shard: Rc<ShardUpstream>,
+        pool: Rc<Pool>,
+        conn: ServerConn,
+        depth: usize,
+    ) -> Rc<Pipe> {
         debug_assert!(matches!(conn.link, super::pool::Link::Own(_)));
         Rc::new(Pipe {
             shard,
+            pool,
             host: conn.host,
             settings: conn.settings,
             process_id: conn.process_id,
@@ -153,16 +162,17 @@ impl Pipe {
         })
     }
 
-    /// Whether a unit of a client with `settings` may join now. While clients wait for a
-    /// connection of the pool, only until the pipe has taken [`UNITS_WHILE_OTHERS_WAIT`]
-    /// units: a pipe that kept taking units would never drain and give its connection back,
-    /// and clients with other settings (or whole transactions) would starve.
-    pub fn takes(&self, host: Host, settings: u64) -> bool {
+    /// Whether a unit of a client of `pool` (host, user and database) with `settings` may
+    /// join now. While clients wait for a connection of the pool, only until the pipe has
+    /// taken [`UNITS_WHILE_OTHERS_WAIT`] units: a pipe that kept taking units would never
+    /// drain and give its connection back, and clients with other settings (or whole
+    /// transactions) would starve.
+    pub fn takes(&self, pool: &Rc<Pool>, settings: u64) -> bool {
         self.joinable.get()
-            && self.host == host
+            && Rc::ptr_eq(&self.pool, pool)
             && self.settings == settings
             && self.units.borrow().len() < self.depth
-            && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.shard.pool(host).has_waiters())
+            && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.pool.has_waiters())
     }
 
     /// The connection is free: wake the first client parked waiting for its unit's replies,
@@ -243,7 +253,7 @@ impl Pipe {
         let units = self.units.borrow();
         let Some(head) = units.front() else { return };
         if units.len() == 1 && head.cancel_wanted.replace(false) {
-            let config = self.shard.pool(self.host).config.clone();
+            let config = self.pool.config.clone();
             let (pid, key) = (self.process_id, self.secret_key);
             glommio::spawn_local(
                 async move { super::client::send_cancel(&config, pid, key).await },

@@ -1,11 +1,14 @@
 //! A shard's upstream connections and prepared-statement names.
 //!
-//! Each shard owns one pool per upstream host — the primary and each replica — (no locks, no
-//! cross-core hop); a client borrows a connection for a transaction (or for a batch of
-//! autocommit statements) and gives it back on ReadyForQuery `I` with nothing outstanding. At
-//! most `pool_size_per_shard` are open per host; a client that finds none free waits for one
-//! to come back. Statement names are per shard, shared by all its pools (each connection
-//! knows which it has prepared).
+//! Each shard owns, per upstream host — the primary and each replica — one pool per
+//! (user, database) the connections logged in as ([`PoolKey`]; no locks, no cross-core hop):
+//! a connection opened for one key is only ever handed to clients of that key. A client
+//! borrows a connection for a transaction (or for a batch of autocommit statements) and gives
+//! it back on ReadyForQuery `I` with nothing outstanding. At most `pool_size_per_shard` are
+//! open per key per host (PgBouncer's `pool_size`); a client that finds none free waits for
+//! one of its key to come back. Connections idle longer than the idle timeout are closed
+//! (so a key nobody uses any more holds none). Statement names are per shard, shared by all
+//! its pools (each connection knows which it has prepared).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -19,13 +22,80 @@ use std::time::{Duration, Instant};
 
 use futures_lite::AsyncWriteExt;
 use protocol::frontend;
+
+use shards::auth::Credential;
 use shards::connect::{connect, ShardStream};
 
-use super::client::{startup, ReplyBuf};
+use super::client::{login, Login, LoginError, ReplyBuf};
 use super::pipe::{Lease, Pipe};
 use super::replica::{self, Notify, Replica};
 use super::session::ClientStatement;
-use super::{UpstreamConfig, Upstreams};
+use super::{UpstreamConfig, UpstreamLogin, Upstreams};
+
+/// ParameterStatus values a server reported at a login, shared by the sessions shown them.
+pub type Parameters = Arc<Vec<(String, String)>>;
+
+/// Whose connections a pool holds: the user and database they logged in as.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    pub user: Rc<str>,
+    pub database: Rc<str>,
+}
+
+/// A shard's pools for one upstream host, one per [`PoolKey`], made on first use. Entries
+/// are never removed (one small struct per (user, database) ever seen on the shard); their
+/// idle connections are closed by the idle timeout.
+pub struct Pools {
+    pub config: Arc<UpstreamConfig>,
+    host: Host,
+    by_key: RefCell<HashMap<PoolKey, Rc<Pool>>>,
+}
+
+impl Pools {
+    fn new(config: Arc<UpstreamConfig>, host: Host) -> Pools {
+        Pools {
+            config,
+            host,
+            by_key: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The pool of `key` (no allocation once it exists).
+    pub fn get(&self, key: &PoolKey) -> Rc<Pool> {
+        if let Some(pool) = self.by_key.borrow().get(key) {
+            return pool.clone();
+        }
+        let pool = Rc::new(Pool::new(self.config.clone(), self.host, key.clone()));
+        self.by_key.borrow_mut().insert(key.clone(), pool.clone());
+        pool
+    }
+
+    /// The host's connections over every (user, database), for `--metrics-listen`.
+    pub fn stats(&self, role: &'static str) -> super::stats::HostStats {
+        let mut total = super::stats::HostStats {
+            role,
+            address: self.config.address.to_string(),
+            open: 0,
+            idle: 0,
+            waiting: 0,
+        };
+        for pool in self.by_key.borrow().values() {
+            let one = pool.stats(role);
+            total.open += one.open;
+            total.idle += one.idle;
+            total.waiting += one.waiting;
+        }
+        total
+    }
+
+    /// Close every idle connection of every key (the host failed).
+    pub fn drop_idle(&self) {
+        let pools: Vec<Rc<Pool>> = self.by_key.borrow().values().cloned().collect();
+        for pool in pools {
+            pool.drop_idle();
+        }
+    }
+}
 
 /// Which upstream host a connection talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,9 +117,15 @@ pub struct StatementKey {
 pub struct ShardUpstream {
     /// The primary's.
     pub config: Arc<UpstreamConfig>,
-    /// The server's startup ParameterStatus values.
+    /// The server's startup ParameterStatus values (to the URL's user).
     pub parameters: Arc<Vec<(String, String)>>,
-    primary: Pool,
+    primary: Pools,
+    /// `--upstream-login`: as each client's user, or everyone as the URL's.
+    pub login: UpstreamLogin,
+    /// The URL's user and database, and its password: `--upstream-login url` logs everyone
+    /// in with these.
+    pub url_key: PoolKey,
+    pub url_credential: Rc<Credential>,
     pub replicas: Vec<Rc<Replica>>,
     /// The oracle's applied timestamp: the primary's WAL position at (or after) the end of
     /// every commit acknowledged to a client so far, by any shard. See `session.rs`.
@@ -72,14 +148,23 @@ pub struct ShardUpstream {
     pub counters: super::stats::Counters,
 }
 
-/// A shard's connections to one upstream host.
+/// A shard's connections to one upstream host as one (user, database).
 pub struct Pool {
     pub config: Arc<UpstreamConfig>,
     host: Host,
+    pub key: PoolKey,
     /// Shared with the task that closes connections idle past the idle timeout.
     idle: Rc<RefCell<Vec<ServerConn>>>,
     slots: Rc<Slots>,
     reaper_started: Cell<bool>,
+    /// The credential of the latest login that succeeded with a SCRAM ClientKey or an md5
+    /// hash (never a cleartext password), for connections opened on behalf of a client whose
+    /// own authentication left none (e.g. `trust` to ringwire), as PgBouncer keeps a user's
+    /// SCRAM keys once one client logged in.
+    credential: RefCell<Option<Rc<Credential>>>,
+    /// What the server reported to the first login of this key (`session_authorization`,
+    /// `is_superuser` and per-role settings differ by user): shown to its clients at startup.
+    pub parameters: RefCell<Option<Parameters>>,
 }
 
 /// The count of open connections and who waits for one; shared with each connection so
@@ -138,6 +223,8 @@ pub struct ServerConn {
     pub host: Host,
     /// When it last went back to the pool (for the health check and the idle timeout).
     released_at: Instant,
+    /// The pool it belongs to (weak: the pool holds its idle connections).
+    pool: Weak<Pool>,
     /// `None` for a share of a pipe: the pipe's own connection holds the slot.
     _slot: Option<Slot>,
 }
@@ -219,15 +306,22 @@ impl ConnStatements {
 
 impl ShardUpstream {
     pub fn new(upstreams: &Upstreams, parameters: Arc<Vec<(String, String)>>) -> Self {
+        let config = &upstreams.primary;
         ShardUpstream {
-            config: upstreams.primary.clone(),
+            config: config.clone(),
             parameters,
-            primary: Pool::new(upstreams.primary.clone(), Host::Primary),
+            primary: Pools::new(config.clone(), Host::Primary),
+            login: upstreams.login,
+            url_key: PoolKey {
+                user: config.user.as_str().into(),
+                database: config.database.as_str().into(),
+            },
+            url_credential: Rc::new(super::client::url_credential(config)),
             replicas: upstreams
                 .replicas
                 .iter()
                 .enumerate()
-                .map(|(i, c)| Rc::new(Replica::new(Pool::new(c.clone(), Host::Replica(i)))))
+                .map(|(i, c)| Rc::new(Replica::new(Pools::new(c.clone(), Host::Replica(i)))))
                 .collect(),
             applied: upstreams.applied.clone(),
             wal: upstreams.wal,
@@ -255,31 +349,32 @@ impl ShardUpstream {
     }
 
     /// Somewhere to run one unit of a client whose settings have fingerprint `settings`:
-    /// a pipe on `host` that takes it (same settings, room, and `usable`: no statement the
-    /// unit needs is still being prepared there by another client), else a new pipe over a
-    /// connection from the pool. `Err(conn)`: the pool's connection has other settings — the
-    /// unit runs on it alone (the relay replays the settings; the connection comes back with
-    /// them, ready for a pipe next time).
+    /// a pipe of `pool` (same host, same user and database) that takes it (same settings,
+    /// room, and `usable`: no statement the unit needs is still being prepared there by
+    /// another client), else a new pipe over a connection from the pool. `Err(conn)`: the
+    /// pool's connection has other settings — the unit runs on it alone (the relay replays
+    /// the settings; the connection comes back with them, ready for a pipe next time).
     pub async fn pipe_for(
         self: &Rc<Self>,
-        host: Host,
+        pool: &Rc<Pool>,
         settings: u64,
+        credential: &Rc<Credential>,
         usable: impl Fn(&ConnStatements) -> bool,
     ) -> Result<Result<Rc<Pipe>, ServerConn>, String> {
         let found = self
             .pipes
             .borrow()
             .iter()
-            .find(|p| p.takes(host, settings) && usable(&p.statements))
+            .find(|p| p.takes(pool, settings) && usable(&p.statements))
             .cloned();
         if let Some(pipe) = found {
             return Ok(Ok(pipe));
         }
-        let conn = self.acquire(host, settings).await?;
+        let conn = self.acquire(pool, settings, credential).await?;
         if conn.settings != settings {
             return Ok(Err(conn));
         }
-        let pipe = Pipe::new(self.clone(), conn, self.pipeline_depth);
+        let pipe = Pipe::new(self.clone(), pool.clone(), conn, self.pipeline_depth);
         self.pipes.borrow_mut().push(pipe.clone());
         Ok(Ok(pipe))
     }
@@ -291,11 +386,17 @@ impl ShardUpstream {
             .retain(|p| !std::ptr::eq(Rc::as_ptr(p), pipe));
     }
 
-    pub fn pool(&self, host: Host) -> &Pool {
+    /// The pools of `host`, one per (user, database).
+    pub fn pools(&self, host: Host) -> &Pools {
         match host {
             Host::Primary => &self.primary,
-            Host::Replica(i) => &self.replicas[i].pool,
+            Host::Replica(i) => &self.replicas[i].pools,
         }
+    }
+
+    /// The pool of `key` on `host`.
+    pub fn pool(&self, host: Host, key: &PoolKey) -> Rc<Pool> {
+        self.pools(host).get(key)
     }
 
     /// The oracle's applied timestamp now: a read that starts after a commit was
@@ -435,27 +536,38 @@ impl ShardUpstream {
         self.replicas[i].mark_down(&self.replica_progress, why);
     }
 
-    pub async fn acquire(&self, host: Host, settings: u64) -> Result<ServerConn, String> {
-        self.pool(host).acquire(settings).await
+    /// A connection of `pool` (see [`Pool::acquire`]).
+    pub async fn acquire(
+        &self,
+        pool: &Rc<Pool>,
+        settings: u64,
+        credential: &Rc<Credential>,
+    ) -> Result<ServerConn, LoginError> {
+        pool.acquire(settings, credential).await
     }
 
     /// Take back a clean connection (ReadyForQuery `I`, nothing outstanding). A share of a
     /// pipe is just dropped: the pipe gives its connection back when its last unit is done.
     pub fn release(&self, conn: ServerConn) {
         if let Link::Own(_) = conn.link {
-            self.pool(conn.host).release(conn);
+            if let Some(pool) = conn.pool.upgrade() {
+                pool.release(conn);
+            }
         }
     }
 }
 
 impl Pool {
-    pub fn new(config: Arc<UpstreamConfig>, host: Host) -> Pool {
+    fn new(config: Arc<UpstreamConfig>, host: Host, key: PoolKey) -> Pool {
         Pool {
             config,
             host,
+            key,
             idle: Rc::new(RefCell::new(Vec::new())),
             slots: Rc::new(Slots::default()),
             reaper_started: Cell::new(false),
+            credential: RefCell::new(None),
+            parameters: RefCell::new(None),
         }
     }
 
@@ -465,8 +577,14 @@ impl Pool {
     /// dropped here (their socket reports end of stream, no round trip); one idle longer than
     /// the idle timeout is closed; one idle at least the check delay must answer an empty
     /// Query within the check timeout first (a host gone without a FIN, a backend that hangs),
-    /// else it is closed and the next is tried: the client never sees the failure.
-    pub async fn acquire(&self, settings: u64) -> Result<ServerConn, String> {
+    /// else it is closed and the next is tried: the client never sees the failure. A new
+    /// connection logs in with `credential`, or (if that is none) with the one the pool's last
+    /// successful login used.
+    pub async fn acquire(
+        self: &Rc<Self>,
+        settings: u64,
+        credential: &Rc<Credential>,
+    ) -> Result<ServerConn, LoginError> {
         let timers = self.config.timers;
         loop {
             let found = {
@@ -505,7 +623,7 @@ impl Pool {
             if self.slots.open.get() < self.config.pool_size_per_shard {
                 self.slots.open.set(self.slots.open.get() + 1);
                 let slot = Slot(self.slots.clone());
-                return self.open(slot).await;
+                return self.open(slot, credential).await;
             }
             WaitTurn {
                 slots: &self.slots,
@@ -515,14 +633,33 @@ impl Pool {
         }
     }
 
-    async fn open(&self, slot: Slot) -> Result<ServerConn, String> {
+    async fn open(
+        self: &Rc<Self>,
+        slot: Slot,
+        credential: &Rc<Credential>,
+    ) -> Result<ServerConn, LoginError> {
+        let credential = if credential.is_some() {
+            credential.clone()
+        } else {
+            let cached = self.credential.borrow().clone();
+            cached.unwrap_or_else(|| credential.clone())
+        };
         let opening = async {
             let mut stream = connect(&self.config.address)
                 .await
-                .map_err(|e| format!("cannot connect to {}: {e}", self.config.address))?;
+                .map_err(|e| LoginError {
+                    code: protocol::SqlState::CONNECTION_FAILURE,
+                    message: format!("cannot connect to {}: {e}", self.config.address),
+                })?;
             let mut buf = ReplyBuf::default();
-            let hs = startup(&mut stream, &mut buf, &self.config).await?;
-            Ok((stream, buf, hs))
+            let who = Login {
+                address: &self.config.address,
+                user: &self.key.user,
+                database: &self.key.database,
+                credential: &credential,
+            };
+            let hs = login(&mut stream, &mut buf, &who).await?;
+            Ok::<_, LoginError>((stream, buf, hs))
         };
         let (stream, buf, hs) = match self.host {
             Host::Primary => opening.await?,
@@ -530,9 +667,24 @@ impl Pool {
             // caller takes it out). Only opening is timed: waiting for a busy pool's
             // connection is not the replica's failure.
             Host::Replica(_) => {
-                replica::with_timeout("connecting", replica::CONNECT_TIMEOUT, opening).await?
+                replica::with_timeout("connecting", replica::CONNECT_TIMEOUT, async {
+                    opening.await.map_err(|e| e.message)
+                })
+                .await
+                .map_err(|message| LoginError {
+                    code: protocol::SqlState::CONNECTION_FAILURE,
+                    message,
+                })?
             }
         };
+        // A client's cleartext password stays in its session only (it is not the pool's to
+        // keep); the ClientKey and md5 hash are what PgBouncer keeps per user too.
+        if matches!(*credential, Credential::Scram { .. } | Credential::Md5(_)) {
+            *self.credential.borrow_mut() = Some(credential);
+        }
+        if self.parameters.borrow().is_none() {
+            *self.parameters.borrow_mut() = Some(Arc::new(hs.parameters));
+        }
         Ok(ServerConn {
             link: Link::Own(stream),
             buf,
@@ -542,6 +694,7 @@ impl Pool {
             settings: 0,
             host: self.host,
             released_at: Instant::now(),
+            pool: Rc::downgrade(self),
             _slot: Some(slot),
         })
     }
@@ -609,7 +762,7 @@ impl Pool {
     }
 
     /// Close every idle connection (the host failed: they would fail when taken anyway).
-    pub fn drop_idle(&self) {
+    fn drop_idle(&self) {
         let idle = std::mem::take(&mut *self.idle.borrow_mut());
         drop(idle);
     }
@@ -720,6 +873,7 @@ impl ServerConn {
             settings: pipe.settings,
             host: pipe.host,
             released_at: Instant::now(),
+            pool: Rc::downgrade(&pipe.pool),
             _slot: None,
         }
     }

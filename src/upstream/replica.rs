@@ -26,7 +26,7 @@ use shards::connect::connect;
 use shards::time::sleep;
 
 use super::client::{parse_lsn, simple_value, startup, ReplyBuf};
-use super::pool::Pool;
+use super::pool::Pools;
 
 /// Between polls while no read waits: keeps the known replay LSN roughly current (so most
 /// reads after a quiet spell need no wait) and notices a dead replica, at a cost of 10
@@ -53,7 +53,8 @@ const SAMPLES_MAX: usize = 32;
 
 /// A shard's view of one replica.
 pub struct Replica {
-    pub pool: Pool,
+    /// The shard's connections to it, one pool per (user, database).
+    pub pools: Pools,
     /// Highest `pg_last_wal_replay_lsn()` seen.
     replay_lsn: Cell<u64>,
     /// Everything acknowledged before this instant is on the replica: the start of the
@@ -73,9 +74,9 @@ pub struct Replica {
 }
 
 impl Replica {
-    pub fn new(pool: Pool) -> Replica {
+    pub fn new(pools: Pools) -> Replica {
         Replica {
-            pool,
+            pools,
             replay_lsn: Cell::new(0),
             fresh_as_of: Cell::new(None),
             samples: RefCell::new(VecDeque::with_capacity(SAMPLES_MAX)),
@@ -142,10 +143,10 @@ impl Replica {
         if self.up.replace(false) {
             log::warn!(
                 "replica {} out of rotation: {why}",
-                self.pool.config.address
+                self.pools.config.address
             );
         }
-        self.pool.drop_idle();
+        self.pools.drop_idle();
         self.hurry.notify();
         progress.notify();
     }
@@ -174,7 +175,7 @@ impl Replica {
     }
 
     async fn poll_forever(&self, applied: &AtomicU64, progress: &Notify) {
-        let config = self.pool.config.clone();
+        let config = self.pools.config.clone();
         let mut backoff = BACKOFF_MIN;
         let mut conn = None;
         loop {
@@ -241,10 +242,10 @@ impl Replica {
         if self.up.replace(false) {
             log::warn!(
                 "replica {} out of rotation: {why}",
-                self.pool.config.address
+                self.pools.config.address
             );
         }
-        self.pool.drop_idle();
+        self.pools.drop_idle();
         progress.notify();
     }
 }

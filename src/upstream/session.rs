@@ -53,8 +53,12 @@ use super::classify::{
 };
 use super::client::ReplyBuf;
 use super::pipe::Lease;
-use super::pool::{ConnStatements, Host, Link, ServerConn, ShardUpstream, StatementKey};
+use super::pool::{
+    ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream, StatementKey,
+};
 use super::stats::Counters;
+use super::UpstreamLogin;
+use shards::auth::Credential;
 
 /// Asked on the primary, in the same pipeline, right after a commit that may have written
 /// (and before the client's ReadyForQuery is released); the answer becomes the oracle's
@@ -189,6 +193,14 @@ const UNIT_STATEMENTS_MAX: usize = 8;
 /// One client's relay state (the engine's per-connection session).
 pub struct Session {
     shard: Rc<ShardUpstream>,
+    /// Who this client runs as upstream (its own user and database, or the URL's with
+    /// `--upstream-login url`), what it logs in with, and its primary pool, resolved once.
+    key: PoolKey,
+    credential: Rc<Credential>,
+    primary: Rc<Pool>,
+    /// The ParameterStatus values shown at startup: the server's to this key's first login
+    /// (the URL user's until `admit` learnt them).
+    parameters: Parameters,
     /// Tells this session's queued Parses from other clients' on a shared connection.
     id: u64,
     server: Option<ServerConn>,
@@ -321,8 +333,23 @@ impl Session {
         let (staleness, serializable) = read_rules(&startup_sets, &[]);
         let (default_read_only, default_isolation) = tx_defaults(&startup_sets, &[]);
         Counters::bump(&shard.counters.clients);
+        let (key, credential) = match shard.login {
+            UpstreamLogin::Client => (
+                PoolKey {
+                    user: start.user.into(),
+                    database: start.database.into(),
+                },
+                Rc::new(start.credential.clone()),
+            ),
+            UpstreamLogin::Url => (shard.url_key.clone(), shard.url_credential.clone()),
+        };
+        let primary = shard.pool(Host::Primary, &key);
         let mut session = Session {
             id: shard.session_id(),
+            parameters: shard.parameters.clone(),
+            key,
+            credential,
+            primary,
             shard,
             server: None,
             spare_buf: None,
@@ -356,16 +383,57 @@ impl Session {
             replica_tx: None,
             shown: Vec::new(),
         };
-        session.shown = session
-            .shard
+        session.show_startup_parameters();
+        Ok(session)
+    }
+
+    fn show_startup_parameters(&mut self) {
+        self.shown = self
             .parameters
             .iter()
             .map(|(name, value)| {
-                let value = session.startup_value(name).unwrap_or(value);
+                let value = self.startup_value(name).unwrap_or(value);
                 (name.as_str().into(), value.into())
             })
             .collect();
-        Ok(session)
+    }
+
+    /// Before the client is told it is in: make sure its user can log in upstream on its
+    /// database. The first client of a (user, database) on this shard opens a connection
+    /// for it (kept in the pool); the server's refusal becomes this client's FATAL with the
+    /// server's SQLSTATE and message (08006 if it cannot be reached). Later clients of a key
+    /// that logged in once pass without a round trip (their credential is as good: ringwire
+    /// checked it against the same stored secret). With `--upstream-login url` nothing is
+    /// checked (`main` logged in as the URL's user at startup).
+    pub async fn admit(&mut self) -> Result<(), PgError> {
+        if self.shard.login == UpstreamLogin::Url {
+            return Ok(());
+        }
+        if self.primary.parameters.borrow().is_none() {
+            let conn = self
+                .shard
+                .acquire(&self.primary, self.settings, &self.credential)
+                .await
+                .map_err(|e| {
+                    log::info!(
+                        "upstream login as user {:?}, database {:?} failed: {e}",
+                        self.key.user,
+                        self.key.database
+                    );
+                    e.to_fatal()
+                })?;
+            self.shard.release(conn);
+        }
+        if let Some(parameters) = self.primary.parameters.borrow().clone() {
+            self.parameters = parameters;
+        }
+        self.show_startup_parameters();
+        Ok(())
+    }
+
+    /// The ParameterStatus values to show at startup.
+    pub fn parameters(&self) -> &[(String, String)] {
+        &self.parameters
     }
 }
 
@@ -668,7 +736,15 @@ impl Session {
                         .iter()
                         .all(|&id| !st.preparing_for_other(id, me))
                 };
-                match self.shard.pipe_for(host, self.settings, usable).await? {
+                let pool = match host {
+                    Host::Primary => self.primary.clone(),
+                    Host::Replica(_) => self.shard.pool(host, &self.key),
+                };
+                match self
+                    .shard
+                    .pipe_for(&pool, self.settings, &self.credential, usable)
+                    .await?
+                {
                     Ok(pipe) => {
                         log::trace!("session {} joins pipe {}", self.id, pipe.process_id);
                         let buf = self.spare_buf.take().unwrap_or_default();
@@ -680,7 +756,15 @@ impl Session {
                     }
                 }
             }
-            None => self.shard.acquire(host, self.settings).await?,
+            None => {
+                let pool = match host {
+                    Host::Primary => self.primary.clone(),
+                    Host::Replica(_) => self.shard.pool(host, &self.key),
+                };
+                self.shard
+                    .acquire(&pool, self.settings, &self.credential)
+                    .await?
+            }
         };
         self.server = Some(server);
         Ok(())
@@ -1611,7 +1695,7 @@ impl Session {
                         }
                         // This client's statement is the one running on this connection:
                         // pass the cancel on to its backend.
-                        let config = self.shard.pool(server.host).config.clone();
+                        let config = self.shard.pools(server.host).config.clone();
                         let (pid, key) = (server.process_id, server.secret_key);
                         glommio::spawn_local(async move {
                             super::client::send_cancel(&config, pid, key).await

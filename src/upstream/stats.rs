@@ -90,10 +90,10 @@ pub enum Message {
 impl super::pool::ShardUpstream {
     /// This shard's counters and pools now.
     pub fn stats(&self) -> ShardStats {
-        let mut hosts = vec![self.pool(super::pool::Host::Primary).stats("primary")];
+        let mut hosts = vec![self.pools(super::pool::Host::Primary).stats("primary")];
         hosts.extend(
             (0..self.replicas.len())
-                .map(|i| self.pool(super::pool::Host::Replica(i)).stats("replica")),
+                .map(|i| self.pools(super::pool::Host::Replica(i)).stats("replica")),
         );
         self.counters.snapshot(hosts)
     }

@@ -300,6 +300,18 @@ impl Postgres {
         )
     }
 
+    /// Everything the server logged so far (all its runs on this data directory).
+    pub fn log(&self) -> String {
+        let mut all = String::new();
+        for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with("server-") {
+                all.push_str(&fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
+        all
+    }
+
     /// Replace pg_hba.conf (the caller then reloads with `select pg_reload_conf()`).
     pub fn write_hba(&self, contents: &str) {
         fs::write(self.dir.join("data").join("pg_hba.conf"), contents).expect("write pg_hba.conf");

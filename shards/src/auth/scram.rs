@@ -212,8 +212,17 @@ impl ScramServer {
         Ok((server, server_first))
     }
 
-    /// Read the client-final-message and check its proof.
+    /// Read the client-final-message and check its proof (the unit tests' form; connections
+    /// use [`ScramServer::finish_with_key`]).
+    #[cfg(test)]
     pub fn finish(self, client_final: &[u8]) -> Result<Outcome, PgError> {
+        self.finish_with_key(client_final)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`ScramServer::finish`], and on success the client's ClientKey, recovered from its
+    /// proof (the key upstream mode logs in with; see `client::Credential::Scram`).
+    pub fn finish_with_key(self, client_final: &[u8]) -> Result<(Outcome, Option<Key>), PgError> {
         check_message(client_final)?;
         let mut p = Parser(client_final);
         let binding = p.attr_value(b'c')?;
@@ -278,12 +287,12 @@ impl ScramServer {
         }
         let proof_ok = constant_time_eq(&sha256(&client_key), &self.verifier.stored_key);
         if !proof_ok || self.doomed {
-            return Ok(Outcome::Failed);
+            return Ok((Outcome::Failed, None));
         }
         let server_signature = hmac(&self.verifier.server_key, &auth_message);
         let mut reply = b"v=".to_vec();
         reply.extend_from_slice(BASE64.encode(server_signature).as_bytes());
-        Ok(Outcome::Authenticated(reply))
+        Ok((Outcome::Authenticated(reply), Some(client_key)))
     }
 }
 

@@ -1,0 +1,501 @@
+//! Upstream mode runs each client upstream as the user and database it logged in to ringwire
+//! with (`--upstream-login client`, the default), as PgBouncer and PostgreSQL itself do.
+//!
+//! A real PostgreSQL 15 with roles that have SCRAM-SHA-256 passwords (alice, bob), an md5
+//! password (carol) and none (dave), its pg_hba requiring scram/md5 for them; ringwire in front
+//! with a users file copied from `pg_authid`. Checked with tokio-postgres through ringwire:
+//! identity (`current_user`, `session_user`, `current_database()`), privileges (42501 with
+//! PostgreSQL's message), isolation of pools under concurrent load (pipelining on and off),
+//! every credential path (SCRAM pass-through, md5 hash, cleartext, trust), the errors when
+//! ringwire has nothing the upstream accepts, and `--upstream-login url`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::postgres::Postgres;
+use common::ringwire::Ringwire;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+
+/// The roles, their passwords, and the upstream's pg_hba.
+fn upstream() -> Postgres {
+    let pg = Postgres::start();
+    pg.query_value(
+        "set password_encryption = 'scram-sha-256'; \
+         create role alice login password 'alice-pw'; \
+         create role bob login password 'bob-pw'; \
+         set password_encryption = 'md5'; \
+         create role carol login password 'carol-pw'; \
+         create role dave login; \
+         create table only_alice (x int); insert into only_alice values (42); \
+         grant select on only_alice to alice",
+    );
+    // Not in the transaction block one -c makes.
+    pg.query_value("create database appdb owner alice");
+    pg.write_hba(
+        "local all all trust\n\
+         host replication all 127.0.0.1/32 trust\n\
+         host all postgres 127.0.0.1/32 trust\n\
+         host all dave 127.0.0.1/32 trust\n\
+         host all carol 127.0.0.1/32 md5\n\
+         host all all 127.0.0.1/32 scram-sha-256\n",
+    );
+    pg.query_value("select pg_reload_conf()");
+    pg
+}
+
+/// `name:rolpassword` for every role with a password, as an operator would copy them.
+fn users_file(pg: &Postgres, dir: &std::path::Path) -> std::path::PathBuf {
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-h", "127.0.0.1", "-p", &pg.port.to_string()])
+        .args(["-U", "postgres", "-d", "postgres", "-At", "-c"])
+        .arg("select rolname || ':' || rolpassword from pg_authid where rolpassword is not null")
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("alice:SCRAM-SHA-256$") && text.contains("carol:md5"),
+        "{text}"
+    );
+    let path = dir.join("users");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Setup {
+    pg: Postgres,
+    dir: std::path::PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let pg = upstream();
+        let dir = std::env::temp_dir().join(format!(
+            "ringwire-upstream-users-{}-{}",
+            std::process::id(),
+            pg.port
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Setup { pg, dir }
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.pg.port)
+    }
+
+    /// ringwire with this hba (and the users file from pg_authid) in front of the upstream.
+    fn ringwire(&self, hba: &str, extra: &[&str]) -> Ringwire {
+        let users = users_file(&self.pg, &self.dir);
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let hba_path = self.dir.join(format!("hba-{n}"));
+        std::fs::write(&hba_path, hba).unwrap();
+        let url = self.url();
+        let mut args = vec![
+            "--upstream",
+            url.as_str(),
+            "--hba-file",
+            hba_path.to_str().unwrap(),
+            "--users-file",
+            users.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Ringwire::start(&args)
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// ringwire's rules: dave by trust, everyone else md5 (which, as in PostgreSQL, is SCRAM for
+/// users whose secret is a SCRAM verifier).
+const HBA_MD5: &str = "local all dave trust\n\
+                       host all dave 0.0.0.0/0 trust\n\
+                       local all all md5\n\
+                       host all all 0.0.0.0/0 md5\n";
+
+async fn try_connect(
+    rw: &Ringwire,
+    user: &str,
+    password: &str,
+    db: &str,
+) -> Result<Client, tokio_postgres::Error> {
+    let mut conn = format!(
+        "host=127.0.0.1 port={} user={user} dbname={db} connect_timeout=20",
+        rw.port
+    );
+    if !password.is_empty() {
+        conn.push_str(&format!(" password={password}"));
+    }
+    let (client, connection) = tokio_postgres::connect(&conn, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// The error of a login that must fail.
+fn refused(result: Result<Client, tokio_postgres::Error>) -> tokio_postgres::Error {
+    match result {
+        Ok(_) => panic!("the login was accepted"),
+        Err(e) => e,
+    }
+}
+
+async fn connect(rw: &Ringwire, user: &str, password: &str, db: &str) -> Client {
+    try_connect(rw, user, password, db)
+        .await
+        .unwrap_or_else(|e| panic!("connect as {user} to {db}: {e}"))
+}
+
+async fn identity(c: &Client) -> (String, String, String) {
+    let row = c
+        .query_one(
+            "select current_user::text, session_user::text, current_database()::text",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+fn ids(user: &str, db: &str) -> (String, String, String) {
+    (user.into(), user.into(), db.into())
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code()
+        .map_or_else(|| format!("no SQLSTATE: {e}"), |c| c.code().to_string())
+}
+
+/// The server's message (a FATAL at login is a database error too).
+fn msg(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_run_upstream_as_themselves_with_scram_and_md5_pass_through() {
+    let s = Setup::new();
+    let rw = s.ringwire(HBA_MD5, &["--shards", "1", "--upstream-pool-size", "2"]);
+    // SCRAM users (pass-through of the ClientKey), the md5 user (the stored hash) and the
+    // trust user, each on the database it asked for.
+    let alice = connect(&rw, "alice", "alice-pw", "appdb").await;
+    let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
+    let carol = connect(&rw, "carol", "carol-pw", "postgres").await;
+    let dave = connect(&rw, "dave", "", "postgres").await;
+    assert_eq!(identity(&alice).await, ids("alice", "appdb"));
+    assert_eq!(identity(&bob).await, ids("bob", "postgres"));
+    assert_eq!(identity(&carol).await, ids("carol", "postgres"));
+    assert_eq!(identity(&dave).await, ids("dave", "postgres"));
+    // The startup ParameterStatus is the user's own, as PostgreSQL reports it.
+    let shown = bob
+        .simple_query("show session_authorization")
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        });
+    assert_eq!(shown.as_deref(), Some("bob"));
+
+    // Privileges are the user's: alice may read her table (on the postgres database), bob is
+    // refused with PostgreSQL's own error, word for word.
+    let alice_pg = connect(&rw, "alice", "alice-pw", "postgres").await;
+    let x: i32 = alice_pg
+        .query_one("select x from only_alice", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(x, 42);
+    let via = bob
+        .query("select x from only_alice", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(via.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE));
+    let direct = {
+        let conn = format!(
+            "host=127.0.0.1 port={} user=bob password=bob-pw dbname=postgres",
+            s.pg.port
+        );
+        let (c, connection) = tokio_postgres::connect(&conn, NoTls).await.unwrap();
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        c.query("select x from only_alice", &[]).await.unwrap_err()
+    };
+    assert_eq!(
+        via.as_db_error().unwrap().message(),
+        direct.as_db_error().unwrap().message()
+    );
+    // Inside a transaction and after SET ROLE-free work, still the client's own.
+    bob.batch_execute("begin").await.unwrap();
+    assert_eq!(identity(&bob).await, ids("bob", "postgres"));
+    bob.batch_execute("commit").await.unwrap();
+    // What upstream saw: connections logged in as each user, none as another's.
+    let seen = s.pg.query_value(
+        "select string_agg(distinct usename || '@' || datname, ',' order by usename || '@' || datname) \
+         from pg_stat_activity where usename in ('alice','bob','carol','dave')",
+    );
+    assert_eq!(
+        seen,
+        "alice@appdb,alice@postgres,bob@postgres,carol@postgres,dave@postgres"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_passwords_and_missing_credentials_are_clear_errors() {
+    let s = Setup::new();
+    s.pg.query_value("alter system set log_connections = on");
+    s.pg.query_value("select pg_reload_conf()");
+    let rw = s.ringwire(HBA_MD5, &["--shards", "1"]);
+    // Warm up: one good login, so the log already has a line per upstream connection.
+    let _ok = connect(&rw, "alice", "alice-pw", "postgres").await;
+    std::thread::sleep(Duration::from_millis(300));
+    let received = |log: &str| log.matches("connection received").count();
+    let before = received(&s.pg.log());
+    assert!(
+        before > 0,
+        "the upstream logs no connections: the check below would prove nothing"
+    );
+    // A wrong password is refused by ringwire itself, and nothing is tried upstream.
+    let e = refused(try_connect(&rw, "bob", "not-bobs", "postgres").await);
+    assert_eq!(code(&e), "28P01", "{e}");
+    assert!(
+        msg(&e).contains("password authentication failed for user \"bob\""),
+        "{e}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        received(&s.pg.log()),
+        before,
+        "a refused client reached the upstream"
+    );
+
+    // A database the upstream does not have: its own error and SQLSTATE, at login.
+    let e = refused(try_connect(&rw, "alice", "alice-pw", "nodb").await);
+    assert_eq!(code(&e), "3D000", "{e}");
+    assert!(msg(&e).contains("database \"nodb\" does not exist"), "{e}");
+
+    // ringwire lets everyone in (trust) but holds only SCRAM verifiers: nothing answers the
+    // upstream's SCRAM exchange for bob, so bob gets 28000 naming what is missing.
+    let trusting = s.ringwire(
+        "host all all 0.0.0.0/0 trust\nlocal all all trust\n",
+        &["--shards", "1"],
+    );
+    let started = Instant::now();
+    let e = refused(try_connect(&trusting, "bob", "", "postgres").await);
+    assert_eq!(code(&e), "28000", "{e}");
+    assert!(msg(&e).contains("SCRAM"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    // The md5 user's hash still answers the upstream's md5 challenge under trust.
+    let carol = connect(&trusting, "carol", "", "postgres").await;
+    assert_eq!(identity(&carol).await, ids("carol", "postgres"));
+
+    // A verifier for the right password but another salt (made by ringwire from --user):
+    // the client's proof is good for ringwire, but not for the upstream's verifier.
+    let other_salt = s.ringwire(HBA_MD5, &["--shards", "1", "--user", "bob:bob-pw"]);
+    let e = refused(try_connect(&other_salt, "bob", "bob-pw", "postgres").await);
+    assert_eq!(code(&e), "28000", "{e}");
+    assert!(msg(&e).contains("pg_authid"), "{e}");
+
+    // An upstream that cannot be reached: 08006, not a hang.
+    let mut gone = Setup::new();
+    let rw_gone = gone.ringwire(HBA_MD5, &["--shards", "1"]);
+    gone.pg.kill();
+    let started = Instant::now();
+    let e = refused(try_connect(&rw_gone, "alice", "alice-pw", "postgres").await);
+    assert_eq!(code(&e), "08006", "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleartext_clients_log_in_upstream_with_the_password_they_sent() {
+    let s = Setup::new();
+    // --auth password: the client's cleartext password is checked against the verifier,
+    // and kept in the session to answer the upstream's SCRAM (alice) or md5 (carol).
+    let rw = s.ringwire(
+        "host all all 0.0.0.0/0 password\nlocal all all password\n",
+        &["--shards", "1"],
+    );
+    let alice = connect(&rw, "alice", "alice-pw", "appdb").await;
+    assert_eq!(identity(&alice).await, ids("alice", "appdb"));
+    let carol = connect(&rw, "carol", "carol-pw", "postgres").await;
+    assert_eq!(identity(&carol).await, ids("carol", "postgres"));
+    let e = refused(try_connect(&rw, "alice", "wrong", "appdb").await);
+    assert_eq!(code(&e), "28P01", "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_login_keeps_everyone_as_the_url_user() {
+    let s = Setup::new();
+    let rw = s.ringwire(HBA_MD5, &["--shards", "1", "--upstream-login", "url"]);
+    let alice = connect(&rw, "alice", "alice-pw", "appdb").await;
+    assert_eq!(identity(&alice).await, ids("postgres", "postgres"));
+    // Everyone is the URL's superuser: bob reads alice's table.
+    let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
+    assert!(bob.query("select x from only_alice", &[]).await.is_ok());
+}
+
+/// Many clients of two users (and two databases) on one shard with a small pool, hammering
+/// simple, extended and transactional statements at once: each always sees its own identity.
+async fn isolation_under_load(pipeline: &str) {
+    let s = Setup::new();
+    let rw = s.ringwire(
+        HBA_MD5,
+        &[
+            "--shards",
+            "1",
+            "--upstream-pool-size",
+            "2",
+            "--upstream-pipeline",
+            pipeline,
+        ],
+    );
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (user, pw, db) = if i % 2 == 0 {
+            ("alice", "alice-pw", "appdb")
+        } else {
+            ("bob", "bob-pw", "postgres")
+        };
+        let c = connect(&rw, user, pw, db).await;
+        tasks.push(tokio::spawn(async move {
+            let want = ids(user, db);
+            let stmt = c
+                .prepare("select current_user::text, session_user::text, current_database()::text")
+                .await
+                .unwrap();
+            for round in 0..60 {
+                let got = match round % 3 {
+                    0 => identity(&c).await,
+                    1 => {
+                        let r = c.query_one(&stmt, &[]).await.unwrap();
+                        (r.get(0), r.get(1), r.get(2))
+                    }
+                    _ => {
+                        let rows = c
+                            .simple_query(
+                                "begin; select current_user || ',' || session_user || ',' || current_database(); commit",
+                            )
+                            .await
+                            .unwrap();
+                        let v = rows
+                            .iter()
+                            .find_map(|m| match m {
+                                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                                    r.get(0).map(str::to_string)
+                                }
+                                _ => None,
+                            })
+                            .unwrap();
+                        let mut p = v.split(',').map(str::to_string);
+                        (p.next().unwrap(), p.next().unwrap(), p.next().unwrap())
+                    }
+                };
+                assert_eq!(got, want, "round {round} of a {user} client");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // At most pool-size connections per (user, database) on the one shard.
+    for (user, db) in [("alice", "appdb"), ("bob", "postgres")] {
+        let n: usize = s
+            .pg
+            .query_value(&format!(
+                "select count(*) from pg_stat_activity where usename = '{user}' and datname = '{db}'"
+            ))
+            .parse()
+            .unwrap();
+        assert!((1..=2).contains(&n), "{n} connections of {user}@{db}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_never_mix_users_under_load() {
+    isolation_under_load("off").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipes_never_mix_users_under_load() {
+    isolation_under_load("on").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_of_a_user_nobody_uses_are_closed() {
+    let s = Setup::new();
+    let rw = s.ringwire(
+        HBA_MD5,
+        &["--shards", "1", "--upstream-idle-timeout-secs", "1"],
+    );
+    let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
+    assert_eq!(identity(&bob).await, ids("bob", "postgres"));
+    let count = || {
+        s.pg.query_value("select count(*) from pg_stat_activity where usename = 'bob'")
+    };
+    drop(bob);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count() != "0" {
+        assert!(
+            Instant::now() < deadline,
+            "bob's idle connection was never closed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A new client of bob's gets a fresh connection.
+    let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
+    assert_eq!(identity(&bob).await, ids("bob", "postgres"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_reads_run_as_the_client_too() {
+    let s = Setup::new();
+    // The standby has the primary's roles, verifiers and pg_hba (copied by the base backup).
+    let standby = Postgres::start_standby(&s.pg);
+    let replica = format!("postgres://postgres@127.0.0.1:{}/postgres", standby.port);
+    let rw = s.ringwire(HBA_MD5, &["--shards", "1", "--replica", &replica]);
+    let alice = connect(&rw, "alice", "alice-pw", "postgres").await;
+    let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
+    for _ in 0..50 {
+        let row = alice
+            .query_one("select current_user::text, x from only_alice", &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, String>(0), row.get::<_, i32>(1)),
+            ("alice".into(), 42)
+        );
+        let e = bob
+            .query("select x from only_alice", &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The reads that went to the standby ran there as their users, not as the URL's.
+    let on_standby = standby.query_value(
+        "select string_agg(distinct usename::text, ',' order by usename::text) from pg_stat_activity \
+         where usename in ('alice', 'bob')",
+    );
+    assert_eq!(on_standby, "alice,bob");
+}
