@@ -632,3 +632,65 @@ fn malformed_and_misordered_messages_get_errors_and_the_session_goes_on() {
         "the next Query ran: {got:?}"
     );
 }
+
+/// Every simple Query drops the server's unnamed statement, including the ones ringwire sends
+/// on its own: the health check of an idle connection (`--upstream-check-delay-secs 0`: at
+/// every hand-out) and the settings replay. The client never sent those, so its unnamed
+/// statement must still work (pgx's describe-then-execute does exactly this).
+#[test]
+fn the_unnamed_statement_survives_ringwires_own_queries() {
+    use protocol::frontend::{self, Target};
+    let pg = Postgres::start();
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let rw = Ringwire::start(&[
+        "--shards",
+        "1",
+        "--upstream",
+        &url,
+        "--upstream-pool-size",
+        "1",
+        "--upstream-check-delay-secs",
+        "0",
+    ]);
+    let mut s = std::net::TcpStream::connect(rw.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    frontend::encode_startup(
+        &mut out,
+        frontend::PROTOCOL_3_0,
+        &[("user", "postgres"), ("database", "postgres")],
+    );
+    assert_eq!(raw_exchange(&mut s, &out, 1).last().unwrap().0, b'Z');
+
+    for round in 0..3 {
+        // Parse + Describe, then (another batch, so the connection goes back to the pool and
+        // is checked when taken again) Bind + Execute of the unnamed statement.
+        out.clear();
+        frontend::encode_parse(&mut out, "", "select 41 + 1", &[]);
+        frontend::encode_describe(&mut out, Target::Statement, "");
+        frontend::encode_empty(&mut out, b'S');
+        let tags: Vec<u8> = raw_exchange(&mut s, &out, 1).iter().map(|g| g.0).collect();
+        assert_eq!(tags, b"1tTZ", "round {round}: Parse/Describe");
+        if round == 2 {
+            // Another client with other settings uses the one pooled connection in between,
+            // so this client's next batch starts with ringwire's `RESET ALL; SET …` replay.
+            let status = Command::new("psql")
+                .env("PGAPPNAME", "another-client")
+                .args(["-X", "-q", "-h", "127.0.0.1", "-p", &rw.port.to_string()])
+                .args(["-U", "postgres", "-d", "postgres", "-o", "/dev/null", "-c", "select 1"])
+                .status()
+                .expect("run psql");
+            assert!(status.success());
+        }
+        out.clear();
+        frontend::encode_bind(&mut out, "", "", &[], &[], &[]);
+        frontend::encode_execute(&mut out, "", 0);
+        frontend::encode_empty(&mut out, b'S');
+        let got = raw_exchange(&mut s, &out, 1);
+        let tags: Vec<u8> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            tags, b"2DCZ",
+            "round {round}: Bind/Execute of the unnamed statement: {got:?}"
+        );
+    }
+}

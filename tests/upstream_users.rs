@@ -499,3 +499,62 @@ async fn replica_reads_run_as_the_client_too() {
     );
     assert_eq!(on_standby, "alice,bob");
 }
+
+/// `RESET ALL` does not undo `role` or `session_authorization`, so a pooled connection must
+/// never carry them to the next client, however the client set them: `SET SESSION ROLE`,
+/// `SET "Role" = …`, or the startup packet (`options=-c role=…`). With `--upstream-login url`
+/// every client shares one pool (the worst case: the URL's user is the superuser); one shard
+/// and one connection make every client reuse the connection the previous one had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_one_client_sets_never_reaches_the_next() {
+    let s = Setup::new();
+    let rw = s.ringwire(
+        HBA_MD5,
+        &[
+            "--shards",
+            "1",
+            "--upstream-login",
+            "url",
+            "--upstream-pool-size",
+            "1",
+        ],
+    );
+    for set in [
+        "set session role alice",
+        "set \"Role\" = alice",
+        "set session_authorization = alice",
+    ] {
+        let a = connect(&rw, "bob", "bob-pw", "postgres").await;
+        a.batch_execute(set)
+            .await
+            .unwrap_or_else(|e| panic!("{set}: {e}"));
+        assert_eq!(identity(&a).await.0, "alice", "{set} took effect");
+        drop(a);
+        let b = connect(&rw, "bob", "bob-pw", "postgres").await;
+        assert_eq!(
+            identity(&b).await,
+            ids("postgres", "postgres"),
+            "after {set}"
+        );
+    }
+    let conn = format!(
+        "host=127.0.0.1 port={} user=bob password=bob-pw dbname=postgres options='-c role=alice'",
+        rw.port
+    );
+    let (a, connection) = tokio_postgres::connect(&conn, NoTls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    assert_eq!(
+        identity(&a).await.0,
+        "alice",
+        "the startup role took effect"
+    );
+    drop(a);
+    let b = connect(&rw, "bob", "bob-pw", "postgres").await;
+    assert_eq!(
+        identity(&b).await,
+        ids("postgres", "postgres"),
+        "after a startup role"
+    );
+}

@@ -79,6 +79,12 @@ fn statements(sql: &str) -> Vec<&str> {
 }
 
 /// Leading words of a statement, lower-cased, comments skipped.
+/// A setting that changes who the session is (GUC names are case-insensitive). PostgreSQL's
+/// `RESET ALL` leaves both alone.
+pub fn sets_identity(name: &str) -> bool {
+    name.eq_ignore_ascii_case("role") || name.eq_ignore_ascii_case("session_authorization")
+}
+
 fn words(stmt: &str, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = stmt;
@@ -190,6 +196,13 @@ pub fn classify(sql: &str) -> Effects {
             ["set", "session", "characteristics" | "authorization", ..]
             | ["set", "role", ..]
             | ["reset", "role" | "session", ..] => fx.pins = true,
+            // `SET SESSION ROLE`, `SET "Role"`, `SET session_authorization = …`: RESET ALL does
+            // not undo these, so a pooled connection would carry the identity to the next client.
+            ["set", "session", name, ..] | ["set", name, ..] | ["reset", name, ..]
+                if sets_identity(name) =>
+            {
+                fx.pins = true
+            }
             ["set", "session", name, ..] | ["set", name, ..] => fx
                 .sets
                 .push(SetChange::Set(name.to_string(), stmt.trim().to_string())),

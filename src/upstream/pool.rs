@@ -126,6 +126,9 @@ pub struct ShardUpstream {
     /// in with these.
     pub url_key: PoolKey,
     pub url_credential: Rc<Credential>,
+    /// Each `--replica` URL's user, database and password: `--upstream-login url` logs in to
+    /// a replica as its own URL says.
+    pub replica_url_logins: Vec<(PoolKey, Rc<Credential>)>,
     pub replicas: Vec<Rc<Replica>>,
     /// The oracle's applied timestamp: the primary's WAL position at (or after) the end of
     /// every commit acknowledged to a client so far, by any shard. See `session.rs`.
@@ -317,6 +320,17 @@ impl ShardUpstream {
                 database: config.database.as_str().into(),
             },
             url_credential: Rc::new(super::client::url_credential(config)),
+            replica_url_logins: upstreams
+                .replicas
+                .iter()
+                .map(|c| {
+                    let key = PoolKey {
+                        user: c.user.as_str().into(),
+                        database: c.database.as_str().into(),
+                    };
+                    (key, Rc::new(super::client::url_credential(c)))
+                })
+                .collect(),
             replicas: upstreams
                 .replicas
                 .iter()
@@ -360,7 +374,7 @@ impl ShardUpstream {
         settings: u64,
         credential: &Rc<Credential>,
         usable: impl Fn(&ConnStatements) -> bool,
-    ) -> Result<Result<Rc<Pipe>, ServerConn>, String> {
+    ) -> Result<Result<Rc<Pipe>, ServerConn>, LoginError> {
         let found = self
             .pipes
             .borrow()
@@ -615,6 +629,19 @@ impl Pool {
                             conn.process_id,
                             self.config.address
                         );
+                        // What failed one (a host gone without a FIN, a hung server) has most
+                        // likely failed the connections idle longer too: close them rather
+                        // than make this client wait out a check timeout for each. Taken out
+                        // first: dropping one wakes a waiter, which looks at the idle list.
+                        let older: Vec<ServerConn> = {
+                            let mut idle = self.idle.borrow_mut();
+                            let (older, newer) = std::mem::take(&mut *idle)
+                                .into_iter()
+                                .partition(|c| c.released_at <= conn.released_at);
+                            *idle = newer;
+                            older
+                        };
+                        drop(older);
                         continue;
                     }
                 }
@@ -745,6 +772,11 @@ impl Pool {
         .detach();
     }
 
+    /// The credential of this key's latest login that a pool may keep (see `credential`).
+    pub fn cached_credential(&self) -> Option<Rc<Credential>> {
+        self.credential.borrow().clone()
+    }
+
     /// The pool as it is now, for `--metrics-listen`.
     pub fn stats(&self, role: &'static str) -> super::stats::HostStats {
         super::stats::HostStats {
@@ -809,10 +841,18 @@ impl ServerConn {
     /// # Cancel safety
     /// Not: dropped midway, the connection is mid-exchange; the caller closes it on `Err`.
     async fn check(&mut self, limit: Duration) -> Result<(), String> {
-        let ServerConn { link, buf, .. } = self;
+        let ServerConn {
+            link,
+            buf,
+            statements,
+            ..
+        } = self;
         let Link::Own(stream) = link else {
             return Ok(()); // a share of a pipe is never pooled
         };
+        // Any simple Query drops the server's unnamed statement: a client's next Bind of its
+        // own must Parse it again.
+        statements.set_unnamed(None);
         let mut query = Vec::with_capacity(6);
         frontend::encode_query(&mut query, "");
         replica::with_timeout("health check", limit, async {

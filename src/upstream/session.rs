@@ -49,9 +49,9 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_only, begin_modes, classify, contains_ignore_case, deallocated, read_only, route,
-    tx_end, Isolation, Route, SetChange, TxControl, TxEnd,
+    sets_identity, tx_end, Isolation, Route, SetChange, TxControl, TxEnd,
 };
-use super::client::ReplyBuf;
+use super::client::{LoginError, ReplyBuf};
 use super::pipe::Lease;
 use super::pool::{
     ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream, StatementKey,
@@ -125,6 +125,13 @@ impl ClientStatement {
             .collect();
         frontend::encode_parse(out, &self.upstream_name(), &self.sql, &types);
     }
+}
+
+/// In a replica transaction, `sql` may change what needs a freshness check: see
+/// `Session::continue_replica_tx`.
+fn per_statement_checks(sql: &str) -> bool {
+    contains_ignore_case(sql.as_bytes(), b"isolation")
+        || contains_ignore_case(sql.as_bytes(), b"chain")
 }
 
 /// A read-only transaction that runs on a replica (see `Session::pick_replica_tx`).
@@ -329,6 +336,9 @@ impl Session {
                 _ => add(name, value),
             }
         }
+        // A startup `role` / `session_authorization` (`options=-c role=x`) is replayed as a SET
+        // that RESET ALL does not undo: the session keeps its connection, as a SET ROLE would.
+        let pinned = startup_sets.iter().any(|(name, _)| sets_identity(name));
         let settings = fingerprint(&startup_sets, &[]);
         let (staleness, serializable) = read_rules(&startup_sets, &[]);
         let (default_read_only, default_isolation) = tx_defaults(&startup_sets, &[]);
@@ -361,7 +371,7 @@ impl Session {
             pending_sets: Vec::new(),
             tx_rolled_back: false,
             savepoint_in_tx: false,
-            pinned: false,
+            pinned,
             expect: VecDeque::new(),
             must_answer: 0,
             copy_in: false,
@@ -605,7 +615,7 @@ impl Session {
                         frames = &frames[..part];
                         replica = Some(i);
                     }
-                    Err(why) => self.shard.replica_failed(i, &why),
+                    Err(e) => self.replica_unusable(i, e),
                 }
             }
         }
@@ -615,8 +625,8 @@ impl Session {
             if let Some(i) = replica {
                 match self.take_connection(Host::Replica(i), unit).await {
                     Ok(()) => Counters::bump(&self.shard.counters.replica_reads),
-                    Err(why) => {
-                        self.shard.replica_failed(i, &why);
+                    Err(e) => {
+                        self.replica_unusable(i, e);
                         replica = None;
                     }
                 }
@@ -717,17 +727,60 @@ impl Session {
     ) -> bool {
         match self.take_connection(Host::Primary, unit).await {
             Ok(()) => true,
-            Err(why) => {
-                log::warn!("upstream: {why}");
-                self.fail_locally(frames, out, lost(&why));
+            Err(e) => {
+                log::warn!("upstream: {}", e.message);
+                self.fail_locally(frames, out, lost(&e.message));
                 false
             }
         }
     }
 
+    /// No connection to replica `i` could be had for this batch, which then goes to the
+    /// primary. A refused login (class 28: the standby's pg_hba, or no credential ringwire
+    /// can use there) is this user's, not the replica's failure: it stays in rotation for
+    /// everyone else.
+    fn replica_unusable(&self, i: usize, e: LoginError) {
+        if e.code.as_str().starts_with("28") {
+            log::info!(
+                "upstream: replica {i} refused user {:?}: {}",
+                self.key.user,
+                e.message
+            );
+        } else {
+            self.shard.replica_failed(i, &e.message);
+        }
+    }
+
+    /// The pool and credential for a connection to `host`. On a replica: its own URL's login
+    /// with `--upstream-login url`; else this client's, falling back to the credential the
+    /// client's primary pool keeps (a `trust` client has none of its own, and the replica's
+    /// pool may never have seen a login of this user).
+    fn login_for(&self, host: Host) -> (Rc<Pool>, Rc<Credential>) {
+        let Host::Replica(i) = host else {
+            return (self.primary.clone(), self.credential.clone());
+        };
+        if self.shard.login == UpstreamLogin::Url {
+            let (key, credential) = &self.shard.replica_url_logins[i];
+            return (self.shard.pool(host, key), credential.clone());
+        }
+        let credential = if self.credential.is_some() {
+            self.credential.clone()
+        } else {
+            self.primary
+                .cached_credential()
+                .unwrap_or_else(|| self.credential.clone())
+        };
+        (self.shard.pool(host, &self.key), credential)
+    }
+
     /// Hold a connection to `host` for this batch: a share of a pipe if the batch is a
     /// pipelinable unit (`unit`), else a connection of its own.
-    async fn take_connection(&mut self, host: Host, unit: Option<UnitNeeds>) -> Result<(), String> {
+    async fn take_connection(
+        &mut self,
+        host: Host,
+        unit: Option<UnitNeeds>,
+    ) -> Result<(), LoginError> {
+        let (pool, credential) = self.login_for(host);
         let server = match unit {
             Some(needs) => {
                 let me = self.id;
@@ -736,13 +789,9 @@ impl Session {
                         .iter()
                         .all(|&id| !st.preparing_for_other(id, me))
                 };
-                let pool = match host {
-                    Host::Primary => self.primary.clone(),
-                    Host::Replica(_) => self.shard.pool(host, &self.key),
-                };
                 match self
                     .shard
-                    .pipe_for(&pool, self.settings, &self.credential, usable)
+                    .pipe_for(&pool, self.settings, &credential, usable)
                     .await?
                 {
                     Ok(pipe) => {
@@ -757,12 +806,8 @@ impl Session {
                 }
             }
             None => {
-                let pool = match host {
-                    Host::Primary => self.primary.clone(),
-                    Host::Replica(_) => self.shard.pool(host, &self.key),
-                };
                 self.shard
-                    .acquire(&pool, self.settings, &self.credential)
+                    .acquire(&pool, self.settings, &credential)
                     .await?
             }
         };
@@ -986,13 +1031,17 @@ impl Session {
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
             match FrontendMessage::parse(frame) {
+                // `SET TRANSACTION ISOLATION` may make it read committed; `COMMIT AND CHAIN`
+                // starts a new transaction on this replica whose first snapshot must see every
+                // commit acknowledged before it. Either way: check before every statement from
+                // now on (more checks than needed only wait).
                 Ok(FrontendMessage::Query { sql }) => {
-                    each_statement |= contains_ignore_case(sql.as_bytes(), b"isolation");
+                    each_statement |= per_statement_checks(sql);
                     let r = route(sql);
                     runs |= r.read_only || r.writes;
                 }
                 Ok(FrontendMessage::Parse { sql, .. }) => {
-                    each_statement |= contains_ignore_case(sql.as_bytes(), b"isolation");
+                    each_statement |= per_statement_checks(sql);
                 }
                 Ok(FrontendMessage::Bind(_) | FrontendMessage::Execute { .. }) => runs = true,
                 Ok(FrontendMessage::FunctionCall) => runs = true,
@@ -1040,8 +1089,10 @@ impl Session {
     /// session (its connection would then be kept, and the replica serve later writes).
     /// `begin`: the first message is the BEGIN that opens the transaction.
     fn replica_tx_cut(&self, frames: &[u8], begin: bool) -> Option<usize> {
-        // Statements parsed earlier in this part: (name, controls the transaction).
-        let mut parsed: [(&str, bool); 8] = [("", false); 8];
+        // Statements parsed earlier in this part: (name, controls the transaction). A batch
+        // with more Parses than this ends the transaction with the 0A000 below (pgx batches of
+        // up to 64 new statements fit).
+        let mut parsed: [(&str, bool); 64] = [("", false); 64];
         let mut n_parsed = 0;
         // Already over (an error left the server skipping to a Sync the client had not sent):
         // that Sync ends it.
@@ -1233,12 +1284,22 @@ impl Session {
             q.push_str("; SET default_transaction_isolation = 'repeatable read'");
         }
         frontend::encode_query(&mut self.to_send, &q);
+        self.forget_unnamed_upstream();
         self.expect.push_back(Expect::Server {
             kind: Kind::Query,
             emit: false,
             done: Done::Settings(self.settings),
         });
         self.must_answer = self.expect.len();
+    }
+
+    /// A simple Query of ringwire's own (settings replay, WAL position) makes the server drop
+    /// its unnamed statement, which the client still has: the next Bind or Describe of it
+    /// must Parse it again (`ensure_prepared`).
+    fn forget_unnamed_upstream(&self) {
+        if let Some(s) = self.server.as_ref() {
+            s.statements.set_unnamed(None);
+        }
     }
 
     fn push(&mut self, kind: Kind, emit: bool, done: Done) {
@@ -1511,6 +1572,7 @@ impl Session {
             return;
         }
         frontend::encode_query(&mut self.to_send, LSN_QUERY);
+        self.forget_unnamed_upstream();
         self.push(Kind::Query, false, Done::Lsn);
         self.must_answer = self.expect.len();
         self.lsn_outstanding += 1;
@@ -1641,6 +1703,7 @@ impl Session {
                 let Some(server) = self.server.as_mut() else {
                     return; // lost with it: the client gets 08006, not an acknowledgement
                 };
+                server.statements.set_unnamed(None); // see `forget_unnamed_upstream`
                 if let Err(e) = server.send(&q).await {
                     self.upstream_lost(out, &e.to_string());
                     return;
