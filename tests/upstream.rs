@@ -549,6 +549,21 @@ async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses
 
 /// Send raw bytes, then read messages until `ready` ReadyForQuery; returns (tag, SQLSTATE of
 /// an ErrorResponse) per message.
+/// A raw TCP session logged in as postgres (startup answered up to ReadyForQuery).
+fn raw_login(rw: &Ringwire) -> std::net::TcpStream {
+    use protocol::frontend;
+    let mut s = std::net::TcpStream::connect(rw.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    frontend::encode_startup(
+        &mut out,
+        frontend::PROTOCOL_3_0,
+        &[("user", "postgres"), ("database", "postgres")],
+    );
+    assert_eq!(raw_exchange(&mut s, &out, 1).last().unwrap().0, b'Z');
+    s
+}
+
 fn raw_exchange(
     stream: &mut std::net::TcpStream,
     bytes: &[u8],
@@ -588,16 +603,8 @@ fn malformed_and_misordered_messages_get_errors_and_the_session_goes_on() {
     use protocol::frontend::{self, Target};
     let pg = Postgres::start();
     let rw = start(&pg, "1", "1");
-    let mut s = std::net::TcpStream::connect(rw.addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut s = raw_login(&rw);
     let mut out = Vec::new();
-    frontend::encode_startup(
-        &mut out,
-        frontend::PROTOCOL_3_0,
-        &[("user", "postgres"), ("database", "postgres")],
-    );
-    let got = raw_exchange(&mut s, &out, 1);
-    assert_eq!(got.last().unwrap().0, b'Z');
 
     // Bind of a statement that does not exist, then messages that must be skipped to Sync.
     out.clear();
@@ -652,15 +659,8 @@ fn the_unnamed_statement_survives_ringwires_own_queries() {
         "--upstream-check-delay-secs",
         "0",
     ]);
-    let mut s = std::net::TcpStream::connect(rw.addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut s = raw_login(&rw);
     let mut out = Vec::new();
-    frontend::encode_startup(
-        &mut out,
-        frontend::PROTOCOL_3_0,
-        &[("user", "postgres"), ("database", "postgres")],
-    );
-    assert_eq!(raw_exchange(&mut s, &out, 1).last().unwrap().0, b'Z');
 
     for round in 0..3 {
         // Parse + Describe, then (another batch, so the connection goes back to the pool and
@@ -677,7 +677,16 @@ fn the_unnamed_statement_survives_ringwires_own_queries() {
             let status = Command::new("psql")
                 .env("PGAPPNAME", "another-client")
                 .args(["-X", "-q", "-h", "127.0.0.1", "-p", &rw.port.to_string()])
-                .args(["-U", "postgres", "-d", "postgres", "-o", "/dev/null", "-c", "select 1"])
+                .args([
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                    "-o",
+                    "/dev/null",
+                    "-c",
+                    "select 1",
+                ])
                 .status()
                 .expect("run psql");
             assert!(status.success());

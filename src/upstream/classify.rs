@@ -327,15 +327,7 @@ pub fn route(sql: &str) -> Route {
         let mut n = 0;
         for_each_statement(sql, |stmt| {
             n += 1;
-            let mut w = [""; 3];
-            let mut k = 0;
-            for_each_word(stmt, |word, _| {
-                if k < w.len() {
-                    w[k] = word;
-                    k += 1;
-                }
-                k < w.len()
-            });
+            let w = first_words(stmt);
             let lower = |s: &str, t: &str| s.eq_ignore_ascii_case(t);
             let first = w[0];
             let this = if ["begin", "start"].iter().any(|t| lower(first, t)) {
@@ -519,13 +511,7 @@ pub fn tx_end(sql: &str, skip_begin: bool) -> TxEnd {
     let mut n = 0;
     for_each_statement(sql, |stmt| {
         n += 1;
-        let mut w = [""; 3];
-        let mut k = 0;
-        for_each_word(stmt, |word, _| {
-            w[k] = word;
-            k += 1;
-            k < w.len()
-        });
+        let w = first_words(stmt);
         let is = |s: &str, t: &str| s.eq_ignore_ascii_case(t);
         let control = ["begin", "start", "commit", "end", "abort"]
             .iter()
@@ -566,6 +552,18 @@ fn for_each_statement(sql: &str, mut f: impl FnMut(&str)) {
 
 /// Call `f(word, followed_by_open_paren)` for each word (keyword or unquoted identifier) of
 /// `sql` outside quotes and comments, until it returns false.
+/// A statement's first three words ("" past its end), outside quotes and comments.
+fn first_words(stmt: &str) -> [&str; 3] {
+    let mut w = [""; 3];
+    let mut k = 0;
+    for_each_word(stmt, |word, _| {
+        w[k] = word;
+        k += 1;
+        k < w.len()
+    });
+    w
+}
+
 fn for_each_word<'a>(sql: &'a str, mut f: impl FnMut(&'a str, bool) -> bool) {
     let b = sql.as_bytes();
     scan(sql, |i, token| match token {

@@ -459,18 +459,7 @@ impl ShardUpstream {
             r.wait_begins();
         }
         let found = loop {
-            let seen = self.replica_progress.generation();
-            let timed_out = futures_lite::future::or(
-                async {
-                    self.replica_progress.changed(seen).await;
-                    false
-                },
-                async {
-                    shards::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
-                    true
-                },
-            )
-            .await;
+            let timed_out = self.progress_or(deadline).await;
             if let Some(i) = self.next_replica(|r| r.serves(lsn)) {
                 break Some(i);
             }
@@ -482,6 +471,23 @@ impl ShardUpstream {
             r.wait_ends();
         }
         found
+    }
+
+    /// Wait until some replica's replay position or rotation state changes (false), or until
+    /// `deadline` (true).
+    async fn progress_or(&self, deadline: Instant) -> bool {
+        let seen = self.replica_progress.generation();
+        futures_lite::future::or(
+            async {
+                self.replica_progress.changed(seen).await;
+                false
+            },
+            async {
+                shards::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                true
+            },
+        )
+        .await
     }
 
     /// Wait, at most `limit`, until replica `i` may serve a read at `lsn` (strict, or within
@@ -510,18 +516,7 @@ impl ShardUpstream {
             if !r.worth_waiting(Instant::now()) {
                 break false;
             }
-            let seen = self.replica_progress.generation();
-            let timed_out = futures_lite::future::or(
-                async {
-                    self.replica_progress.changed(seen).await;
-                    false
-                },
-                async {
-                    shards::time::sleep(deadline.saturating_duration_since(Instant::now())).await;
-                    true
-                },
-            )
-            .await;
+            let timed_out = self.progress_or(deadline).await;
             if ok(r) {
                 break true;
             }
