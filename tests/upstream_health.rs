@@ -150,3 +150,54 @@ async fn connections_idle_past_the_idle_timeout_are_closed() {
     // The client is unaffected: its next statement opens a new connection.
     assert_ne!(backend_pid(&client).await, pid);
 }
+
+/// When a host hangs, every idle connection to it hangs: one failed check must not be
+/// followed by one more check timeout per idle connection (4 × 2 s here). The connections
+/// idle longer than the one that failed are closed unchecked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failed_check_does_not_make_a_client_wait_for_each_idle_connection() {
+    let pg = Postgres::start();
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let rw = Ringwire::start(&[
+        "--shards",
+        "1",
+        "--upstream",
+        &url,
+        "--upstream-pool-size",
+        "4",
+        "--upstream-check-delay-secs",
+        "0",
+        "--upstream-idle-timeout-secs",
+        "0",
+    ]);
+    // Four clients in transactions at once: four upstream connections, all idle afterwards.
+    let mut clients = Vec::new();
+    let mut pids = Vec::new();
+    for _ in 0..4 {
+        let c = connect(&rw).await;
+        c.batch_execute("begin").await.unwrap();
+        pids.push(backend_pid(&c).await);
+        clients.push(c);
+    }
+    for c in &clients {
+        c.batch_execute("commit").await.unwrap();
+    }
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 4, "four upstream connections: {pids:?}");
+    for pid in &pids {
+        signal(pid, libc::SIGSTOP);
+    }
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(15), backend_pid(&clients[0])).await;
+    let took = started.elapsed();
+    for pid in &pids {
+        signal(pid, libc::SIGCONT);
+    }
+    let fresh = outcome.expect("the statement did not complete within 15 s");
+    assert!(!pids.contains(&fresh), "served by a stopped backend");
+    assert!(
+        took < Duration::from_millis(3500),
+        "one check timeout (2 s) and a connect, not one per idle connection: took {took:?}"
+    );
+}

@@ -825,6 +825,27 @@ async fn a_lagging_replica_never_serves_a_stale_read_only_transaction() {
     standby.query_value("select pg_wal_replay_resume()");
     until_replica_serves(&reader).await;
     assert_eq!(read(&reader).await, (3, true));
+
+    // COMMIT AND CHAIN starts a new repeatable-read transaction on the same replica: its
+    // snapshot must hold the write acknowledged before it began, which the paused replica
+    // cannot have, so its first read fails with 40001 rather than read 3.
+    paused_after_catching_up(&standby, &reader, 3).await;
+    reader
+        .batch_execute("begin isolation level repeatable read read only")
+        .await
+        .unwrap();
+    assert_eq!(read(&reader).await, (3, true));
+    writer
+        .batch_execute("update kv set v = 4 where k = 1")
+        .await
+        .unwrap();
+    reader.batch_execute("commit and chain").await.unwrap();
+    let (code, message) = error_code(&reader, READ).await;
+    assert_eq!(code, "40001", "{message}");
+    reader.batch_execute("rollback").await.unwrap();
+    standby.query_value("select pg_wal_replay_resume()");
+    until_replica_serves(&reader).await;
+    assert_eq!(read(&reader).await, (4, true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
