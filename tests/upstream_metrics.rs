@@ -204,6 +204,40 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
         assert!(Instant::now() < deadline, "no read reached the replica");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // A write the text scan sends to the standby (`lower(int)` here writes): refused there,
+    // run again on the primary. One retry, and its statement counted once.
+    client
+        .batch_execute(
+            "create function lower(x int) returns int language sql \
+             as $$ update kv set v = v where k = 1 returning x $$",
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !client
+        .query_one("select pg_is_in_recovery()", &[])
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(Instant::now() < deadline, "the standby never came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = scrape(metrics_port);
+    client.simple_query("select lower(5)").await.unwrap();
+    let after = scrape(metrics_port);
+    let delta = |name: &str| sum(&after, name) - sum(&before, name);
+    assert_eq!(
+        delta("ringwire_upstream_replica_retries_total"),
+        1.0,
+        "{after:?}"
+    );
+    assert_eq!(
+        delta("ringwire_upstream_statements_total"),
+        1.0,
+        "{after:?}"
+    );
+
     client.batch_execute("begin read only").await.unwrap();
     let r = client
         .query_one("select pg_is_in_recovery()", &[])

@@ -317,8 +317,9 @@ impl Doorbell {
         })
     }
 
-    /// Call after making something visible to the shard (a channel send): if the shard is
-    /// parked, or about to park, wake it. Costs an atomic load when it is not.
+    /// Call after making something visible to the shard (a channel send): mark the mail, and
+    /// if the shard is parked, or about to park, wake it. Costs an atomic store, a fence and a
+    /// load when it is not.
     pub fn ring(&self) {
         // Release: whoever takes `mail` sees the message sent before it.
         self.mail.store(true, Ordering::Release);

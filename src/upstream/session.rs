@@ -262,6 +262,8 @@ pub struct Session {
     /// The replica read failed before any reply reached the client: run it on the primary
     /// (and take the replica out of rotation if `.0`).
     retry_on_primary: Option<(bool, String)>,
+    /// A batch runs again on the primary after a replica refused it: not counted twice.
+    recounting: bool,
     /// `None`: strict reads. `Some(bound)`: reads may miss commits this old (`serializable`
     /// or `ringwire.max_replica_lag_ms`).
     staleness: Option<Duration>,
@@ -386,6 +388,7 @@ impl Session {
             replica_read: None,
             flushed_mid_batch: false,
             retry_on_primary: None,
+            recounting: false,
             staleness,
             serializable,
             default_read_only,
@@ -652,6 +655,7 @@ impl Session {
             // (The first batch of a replica transaction: it never started for the client.)
             self.replica_tx = None;
             log::debug!("replica read retried on the primary: {why}");
+            Counters::bump(&self.shard.counters.replica_retries);
             out.truncate(out_start);
             if let Some(saved) = saved_statements {
                 self.statements = saved;
@@ -672,7 +676,11 @@ impl Session {
             if !self.acquire_primary(frames, unit, out).await {
                 return Ok(frames.len());
             }
-            self.run_batch(frames, cancel, out, client).await?;
+            // Its statements were counted on the replica.
+            self.recounting = true;
+            let rerun = self.run_batch(frames, cancel, out, client).await;
+            self.recounting = false;
+            rerun?;
         }
         self.replica_read = None;
         if let Some(tx) = self.replica_tx.as_mut() {
@@ -1252,7 +1260,9 @@ impl Session {
             rest = &rest[len..];
             if matches!(frame.tag, b'Q' | b'E' | b'F') {
                 runs = true;
-                Counters::bump(&self.shard.counters.statements);
+                if !self.recounting {
+                    Counters::bump(&self.shard.counters.statements);
+                }
             }
             log::trace!("client {:?}", frame.tag as char);
             self.translate(frame.tag, raw)?;

@@ -18,8 +18,11 @@ pub struct Counters {
     pub clients: Cell<u64>,
     /// Statements relayed: simple Queries, Executes, FunctionCalls.
     pub statements: Cell<u64>,
-    /// Autocommit read batches served by a replica.
+    /// Autocommit read batches sent to a replica.
     pub replica_reads: Cell<u64>,
+    /// Of replica reads and first batches of read-only transactions, those run again on the
+    /// primary (the replica refused them or failed before any reply reached the client).
+    pub replica_retries: Cell<u64>,
     /// Reads (or read-only transactions) that waited for a replica to catch up.
     pub replica_waits: Cell<u64>,
     /// Reads and read-only transactions that could have gone to a replica and went to the
@@ -41,6 +44,7 @@ impl Counters {
             clients: self.clients.get(),
             statements: self.statements.get(),
             replica_reads: self.replica_reads.get(),
+            replica_retries: self.replica_retries.get(),
             replica_waits: self.replica_waits.get(),
             sent_to_primary: self.sent_to_primary.get(),
             replica_transactions: self.replica_transactions.get(),
@@ -69,6 +73,7 @@ pub struct ShardStats {
     pub clients: u64,
     pub statements: u64,
     pub replica_reads: u64,
+    pub replica_retries: u64,
     pub replica_waits: u64,
     pub sent_to_primary: u64,
     pub replica_transactions: u64,
@@ -135,7 +140,7 @@ pub fn render(shards: &[Option<ShardStats>]) -> String {
             .enumerate()
             .map(|(i, s)| (format!("shard=\"{i}\""), f64::from(u8::from(s.is_some())))),
     );
-    let per_shard: [ShardSeries; 7] = [
+    let per_shard: [ShardSeries; 8] = [
         (
             "ringwire_upstream_client_connections",
             "gauge",
@@ -151,8 +156,14 @@ pub fn render(shards: &[Option<ShardStats>]) -> String {
         (
             "ringwire_upstream_replica_reads_total",
             "counter",
-            "autocommit read batches served by a replica",
+            "autocommit read batches sent to a replica",
             |s| s.replica_reads,
+        ),
+        (
+            "ringwire_upstream_replica_retries_total",
+            "counter",
+            "replica reads and read-only transactions' first batches run again on the primary",
+            |s| s.replica_retries,
         ),
         (
             "ringwire_upstream_replica_waits_total",
