@@ -80,10 +80,9 @@ impl Pools {
             waiting: 0,
         };
         for pool in self.by_key.borrow().values() {
-            let one = pool.stats(role);
-            total.open += one.open;
-            total.idle += one.idle;
-            total.waiting += one.waiting;
+            total.open += pool.slots.open.get();
+            total.idle += pool.idle.borrow().len();
+            total.waiting += pool.slots.waiters.borrow().len();
         }
         total
     }
@@ -95,6 +94,27 @@ impl Pools {
             pool.drop_idle();
         }
     }
+}
+
+/// The pool key and credential a URL names (`--upstream-login url`).
+fn url_login(config: &UpstreamConfig) -> (PoolKey, Rc<Credential>) {
+    let key = PoolKey {
+        user: config.user.as_str().into(),
+        database: config.database.as_str().into(),
+    };
+    (key, Rc::new(super::client::url_credential(config)))
+}
+
+/// Take out of `idle` the connections `expired` picks, to be dropped by the caller once no
+/// borrow is held (dropping one frees its slot and wakes a waiter, which looks at the list).
+fn take_idle(
+    idle: &RefCell<Vec<ServerConn>>,
+    expired: impl Fn(&ServerConn) -> bool,
+) -> Vec<ServerConn> {
+    let mut idle = idle.borrow_mut();
+    let (taken, kept) = std::mem::take(&mut *idle).into_iter().partition(expired);
+    *idle = kept;
+    taken
 }
 
 /// Which upstream host a connection talks to.
@@ -124,8 +144,7 @@ pub struct ShardUpstream {
     pub login: UpstreamLogin,
     /// The URL's user and database, and its password: `--upstream-login url` logs everyone
     /// in with these.
-    pub url_key: PoolKey,
-    pub url_credential: Rc<Credential>,
+    pub url_login: (PoolKey, Rc<Credential>),
     /// Each `--replica` URL's user, database and password: `--upstream-login url` logs in to
     /// a replica as its own URL says.
     pub replica_url_logins: Vec<(PoolKey, Rc<Credential>)>,
@@ -315,22 +334,8 @@ impl ShardUpstream {
             parameters,
             primary: Pools::new(config.clone(), Host::Primary),
             login: upstreams.login,
-            url_key: PoolKey {
-                user: config.user.as_str().into(),
-                database: config.database.as_str().into(),
-            },
-            url_credential: Rc::new(super::client::url_credential(config)),
-            replica_url_logins: upstreams
-                .replicas
-                .iter()
-                .map(|c| {
-                    let key = PoolKey {
-                        user: c.user.as_str().into(),
-                        database: c.database.as_str().into(),
-                    };
-                    (key, Rc::new(super::client::url_credential(c)))
-                })
-                .collect(),
+            url_login: url_login(config),
+            replica_url_logins: upstreams.replicas.iter().map(|c| url_login(c)).collect(),
             replicas: upstreams
                 .replicas
                 .iter()
@@ -384,7 +389,7 @@ impl ShardUpstream {
         if let Some(pipe) = found {
             return Ok(Ok(pipe));
         }
-        let conn = self.acquire(pool, settings, credential).await?;
+        let conn = pool.acquire(settings, credential).await?;
         if conn.settings != settings {
             return Ok(Err(conn));
         }
@@ -545,16 +550,6 @@ impl ShardUpstream {
         self.replicas[i].mark_down(&self.replica_progress, why);
     }
 
-    /// A connection of `pool` (see [`Pool::acquire`]).
-    pub async fn acquire(
-        &self,
-        pool: &Rc<Pool>,
-        settings: u64,
-        credential: &Rc<Credential>,
-    ) -> Result<ServerConn, LoginError> {
-        pool.acquire(settings, credential).await
-    }
-
     /// Take back a clean connection (ReadyForQuery `I`, nothing outstanding). A share of a
     /// pipe is just dropped: the pipe gives its connection back when its last unit is done.
     pub fn release(&self, conn: ServerConn) {
@@ -626,17 +621,8 @@ impl Pool {
                         );
                         // What failed one (a host gone without a FIN, a hung server) has most
                         // likely failed the connections idle longer too: close them rather
-                        // than make this client wait out a check timeout for each. Taken out
-                        // first: dropping one wakes a waiter, which looks at the idle list.
-                        let older: Vec<ServerConn> = {
-                            let mut idle = self.idle.borrow_mut();
-                            let (older, newer) = std::mem::take(&mut *idle)
-                                .into_iter()
-                                .partition(|c| c.released_at <= conn.released_at);
-                            *idle = newer;
-                            older
-                        };
-                        drop(older);
+                        // than make this client wait out a check timeout for each.
+                        drop(take_idle(&self.idle, |c| c.released_at <= conn.released_at));
                         continue;
                     }
                 }
@@ -745,16 +731,7 @@ impl Pool {
                 let Some(idle) = idle.upgrade() else {
                     return;
                 };
-                // Taken out first: dropping a connection wakes a waiter, which may look at
-                // the idle list; no borrow is held then.
-                let expired: Vec<ServerConn> = {
-                    let mut idle = idle.borrow_mut();
-                    let (old, fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut *idle)
-                        .into_iter()
-                        .partition(|c| c.released_at.elapsed() >= timeout);
-                    *idle = fresh;
-                    old
-                };
+                let expired = take_idle(&idle, |c| c.released_at.elapsed() >= timeout);
                 for conn in &expired {
                     log::info!(
                         "closing upstream connection {} idle for over {timeout:?}",
@@ -770,17 +747,6 @@ impl Pool {
     /// The credential of this key's latest login that a pool may keep (see `credential`).
     pub fn cached_credential(&self) -> Option<Rc<Credential>> {
         self.credential.borrow().clone()
-    }
-
-    /// The pool as it is now, for `--metrics-listen`.
-    pub fn stats(&self, role: &'static str) -> super::stats::HostStats {
-        super::stats::HostStats {
-            role,
-            address: self.config.address.to_string(),
-            open: self.slots.open.get(),
-            idle: self.idle.borrow().len(),
-            waiting: self.slots.waiters.borrow().len(),
-        }
     }
 
     /// Clients wait for a connection (every one is open and taken).

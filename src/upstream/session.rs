@@ -353,7 +353,7 @@ impl Session {
                 },
                 Rc::new(start.credential.clone()),
             ),
-            UpstreamLogin::Url => (shard.url_key.clone(), shard.url_credential.clone()),
+            UpstreamLogin::Url => shard.url_login.clone(),
         };
         let primary = shard.pool(Host::Primary, &key);
         let mut session = Session {
@@ -424,8 +424,8 @@ impl Session {
         }
         if self.primary.parameters.borrow().is_none() {
             let conn = self
-                .shard
-                .acquire(&self.primary, self.settings, &self.credential)
+                .primary
+                .acquire(self.settings, &self.credential)
                 .await
                 .map_err(|e| {
                     log::info!(
@@ -697,23 +697,14 @@ impl Session {
         // After an extended-protocol error with no Sync sent yet, the server skips everything
         // until this client's Sync: the connection stays with this client until then (given
         // back, another client's statements would be skipped).
-        if self.expect.is_empty()
-            && !self.copy_in
-            && !self.skip_until_sync
-            && self.tx == b'I'
-            && !self.pinned
-        {
+        let finished =
+            self.expect.is_empty() && !self.copy_in && !self.skip_until_sync && self.tx == b'I';
+        if finished && !self.pinned {
             if let Some(server) = self.server.take() {
                 self.give_back(server);
             }
             self.replica_tx = None;
-        } else if self.replica_tx.is_some()
-            && self.tx == b'I'
-            && self.pinned
-            && self.expect.is_empty()
-            && !self.copy_in
-            && !self.skip_until_sync
-        {
+        } else if finished && self.replica_tx.is_some() {
             // Unreachable: statements that pin are refused in a replica transaction
             // (`replica_tx_cut`). Kept, the replica connection would serve later writes.
             debug_assert!(false, "a replica transaction pinned its session");
@@ -813,11 +804,7 @@ impl Session {
                     }
                 }
             }
-            None => {
-                self.shard
-                    .acquire(&pool, self.settings, &credential)
-                    .await?
-            }
+            None => pool.acquire(self.settings, &credential).await?,
         };
         self.server = Some(server);
         Ok(())
@@ -950,6 +937,13 @@ impl Session {
         {
             return None;
         }
+        self.fresh_replica().await
+    }
+
+    /// A replica that has replayed every commit acknowledged before now (or within the
+    /// session's staleness bound), waiting briefly for one; `None` (counted as sent to the
+    /// primary) if none is in time.
+    async fn fresh_replica(&self) -> Option<usize> {
         // The read's timestamp: every commit acknowledged before this instant is at or
         // before it.
         let lsn = self.shard.applied_lsn();
@@ -1001,11 +995,7 @@ impl Session {
             None => self.default_isolation,
         };
         let part = self.replica_tx_cut(frames, true)?;
-        let lsn = self.shard.applied_lsn();
-        let Some(i) = self.shard.replica_for(lsn, self.staleness).await else {
-            Counters::bump(&self.shard.counters.sent_to_primary);
-            return None;
-        };
+        let i = self.fresh_replica().await?;
         Some((i, isolation == Isolation::ReadCommitted, part))
     }
 
@@ -1710,10 +1700,10 @@ impl Session {
                 self.wrote = false;
                 let mut q = Vec::with_capacity(LSN_QUERY.len() + 6);
                 frontend::encode_query(&mut q, LSN_QUERY);
+                self.forget_unnamed_upstream();
                 let Some(server) = self.server.as_mut() else {
                     return; // lost with it: the client gets 08006, not an acknowledgement
                 };
-                server.statements.set_unnamed(None); // see `forget_unnamed_upstream`
                 if let Err(e) = server.send(&q).await {
                     self.upstream_lost(out, &e.to_string());
                     return;
