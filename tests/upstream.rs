@@ -9,6 +9,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::client::{connect, connect_to};
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use tokio_postgres::{error::SqlState, Client, NoTls, SimpleQueryMessage};
@@ -23,20 +24,6 @@ fn start(pg: &Postgres, shards: &str, pool: &str) -> Ringwire {
         "--upstream-pool-size",
         pool,
     ])
-}
-
-async fn connect_to(conn: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(conn, NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect {conn}: {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-async fn connect(rw: &Ringwire) -> Client {
-    connect_to(&rw.connection_string("postgres")).await
 }
 
 async fn direct(pg: &Postgres) -> Client {

@@ -8,9 +8,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::client::connect;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 fn start(pg: &Postgres, extra: &[&str]) -> Ringwire {
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
@@ -24,17 +25,6 @@ fn start(pg: &Postgres, extra: &[&str]) -> Ringwire {
     ];
     args.extend_from_slice(extra);
     Ringwire::start(&args)
-}
-
-async fn connect(rw: &Ringwire) -> Client {
-    let conn = rw.connection_string("postgres");
-    let (client, connection) = tokio_postgres::connect(&conn, NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect {conn}: {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
 }
 
 /// The upstream backend's pid, through ringwire (any error fails the test).

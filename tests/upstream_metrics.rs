@@ -9,9 +9,9 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use common::client::connect;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
-use tokio_postgres::{Client, NoTls};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -49,17 +49,6 @@ fn sum(m: &HashMap<String, f64>, name: &str) -> f64 {
         .collect();
     assert!(!found.is_empty(), "no {name} in the scrape: {m:?}");
     found.iter().sum()
-}
-
-async fn connect(rw: &Ringwire) -> Client {
-    let conn = rw.connection_string("postgres");
-    let (client, connection) = tokio_postgres::connect(&conn, NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect {conn}: {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::client::connect;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
@@ -25,17 +26,6 @@ fn start(primary: &Postgres, standby: &Postgres, shards: &str) -> Ringwire {
         "--upstream-pool-size",
         "4",
     ])
-}
-
-async fn connect(rw: &Ringwire) -> Client {
-    let conn = rw.connection_string("postgres");
-    let (client, connection) = tokio_postgres::connect(&conn, NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect {conn}: {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
 }
 
 /// The row of a simple query, as text.
