@@ -7,7 +7,7 @@
 #
 #   cargo build --release -p ringwire
 #   scripts/one_conn_ab.sh 5 "--read-replicas,on --read-replicas,off --read-replicas,on --read-replicas,off"
-#   FIXED="--read-replicas off" scripts/one_conn_ab.sh 8 "--remote-spin-us,0 --remote-spin-us,50"
+#   FIXED="--read-replicas off" scripts/one_conn_ab.sh 8 "--idle-spin-us,0 --idle-spin-us,10"
 #   scripts/one_conn_ab.sh ROUNDS_PER_SERVER "SETTINGS ..." [CONNS]   # CONNS > 1: plain QPS + CPU
 set -euo pipefail
 cd "$(dirname "$0")/.."

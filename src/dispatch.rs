@@ -1774,11 +1774,6 @@ impl Dispatcher {
         }
     }
 
-    /// Requests sent to the compute shard whose replies have not arrived (or not been taken).
-    pub fn awaiting_replies(&self) -> bool {
-        self.slots.borrow().len() > self.free_slots.borrow().len()
-    }
-
     fn take_slot(&self) -> usize {
         let mut slots = self.slots.borrow_mut();
         let id = self.free_slots.borrow_mut().pop().unwrap_or_else(|| {

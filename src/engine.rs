@@ -2154,10 +2154,6 @@ impl Engine for Frontend {
         session.settings.timeouts()
     }
 
-    fn awaiting_remote(&self) -> bool {
-        self.dispatcher.awaiting_replies()
-    }
-
     fn on_message(&self, msg: Message) {
         match msg {
             Message::StatsRequest { from, id } => {

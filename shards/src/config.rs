@@ -44,9 +44,9 @@ pub struct ServerConfig {
     pub startup_timeout: Duration,
     /// Hidden benchmark mode: answer every Query with prebuilt reply bytes, bypassing SQL.
     pub wire_floor: bool,
-    /// io_uring path: how long an idle shard polls before sleeping while it waits for a reply
-    /// from another shard (zero: sleep at once).
-    pub remote_spin: Duration,
+    /// io_uring path: how long a quiet shard polls before it sleeps, while the machine has
+    /// CPU to spare (zero: never).
+    pub idle_spin: Duration,
     /// Which socket path the shards use.
     pub io: IoMode,
     /// Also listen on the Unix-domain socket `DIR/.s.PGSQL.<port>`, as PostgreSQL does.
@@ -80,7 +80,7 @@ impl Default for ServerConfig {
             io_memory_bytes: DEFAULT_IO_MEMORY_BYTES,
             startup_timeout: Duration::from_secs(60),
             wire_floor: false,
-            remote_spin: DEFAULT_REMOTE_SPIN,
+            idle_spin: DEFAULT_IDLE_SPIN,
             io: IoMode::Uring,
             unix_socket_dir: None,
             tls: crate::tls::Tls::default(),
@@ -90,11 +90,11 @@ impl Default for ServerConfig {
     }
 }
 
-/// Off by default: on the 2-core machine, where clients share the server's cores, 50 µs of
-/// polling bought +16% QPS for a lone connection whose data is on another shard and cost -5% at
-/// 16 connections (docs/PERF.md, "Polling for cross-shard replies"). Hosts with cores to spare
-/// can turn it on with `--remote-spin-us`.
-pub const DEFAULT_REMOTE_SPIN: Duration = Duration::ZERO;
+/// How long a quiet shard on the io_uring path polls before it sleeps, while the machine has
+/// CPU to spare (see `uring::Driver::spin_idle`). 50 µs covers a lone client's next query
+/// (~5 µs after its reply) and an upstream PostgreSQL's reply to a point query (15-40 µs);
+/// measured in docs/PERF.md ("Session 7").
+pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
 /// 64 MiB: far above any statement a driver sends, far below PostgreSQL's 1 GiB, so one client
 /// cannot make a shard buffer gigabytes.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;

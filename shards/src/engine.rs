@@ -192,13 +192,6 @@ pub trait Engine: 'static {
     /// What engines on different shards send each other over the [`crate::runtime::Mesh`].
     type Message: Send + 'static;
 
-    /// True while some of this shard's tasks wait for a reply from another shard. The io_uring
-    /// driver then polls for up to `ServerConfig::remote_spin` before it sleeps, so a reply
-    /// due in microseconds does not pay a thread wake-up.
-    fn awaiting_remote(&self) -> bool {
-        false
-    }
-
     /// A message from another shard's engine (or this shard's own, sent through the mesh).
     /// Runs on the shard's mesh task: long work belongs in a spawned task.
     fn on_message(&self, msg: Self::Message);

@@ -363,11 +363,7 @@ async fn uring_main<E: Engine>(
         })
     };
     driver.set_handlers(on_accept, drain);
-    let awaiting = {
-        let shard = shard.clone();
-        Box::new(move || shard.engine.awaiting_remote())
-    };
-    driver.set_remote_spin(shard.config.remote_spin, awaiting);
+    driver.set_spin(shard.config.idle_spin);
     log::debug!("shard {} serving on its io_uring", shard.id);
     driver.run().await
 }

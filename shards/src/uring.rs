@@ -107,7 +107,7 @@ pub enum Peer {
 
 /// Can this kernel run the io_uring socket path? Checked once at startup; `Err` says why not.
 pub fn probe() -> Result<(), String> {
-    let ring = build_ring().map_err(|e| format!("cannot create an io_uring: {e}"))?;
+    let (ring, _) = build_ring().map_err(|e| format!("cannot create an io_uring: {e}"))?;
     let mut probe = io_uring::Probe::new();
     ring.submitter()
         .register_probe(&mut probe)
@@ -146,8 +146,19 @@ fn kernel_version() -> (u32, u32) {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
-fn build_ring() -> io::Result<IoUring> {
+/// The shard's ring, and whether the kernel flags deferred completions in its memory
+/// (`IORING_SETUP_TASKRUN_FLAG`), which `Driver::spin_idle` polls.
+fn build_ring() -> io::Result<(IoUring, bool)> {
     let cq = SQ_ENTRIES * 8;
+    if let Ok(ring) = IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_taskrun_flag()
+        .setup_cqsize(cq)
+        .build(SQ_ENTRIES)
+    {
+        return Ok((ring, true));
+    }
     IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
@@ -160,6 +171,131 @@ fn build_ring() -> io::Result<IoUring> {
                 .build(SQ_ENTRIES)
         })
         .or_else(|_| IoUring::builder().setup_cqsize(cq).build(SQ_ENTRIES))
+        .map(|ring| (ring, false))
+}
+
+/// Whether the machine has CPU to spare. Polling makes a CPU look busy, so it is judged in
+/// probe windows in which no shard polls: one window of `SPARE_WINDOW` in `SPARE_EVERY`, on
+/// the coarse clock that every shard reads alike. The idle and iowait time of all CPUs over
+/// the probe (`/proc/stat`; a thread asleep in `io_uring_enter` with requests in flight, as
+/// every parked shard is, counts as iowait) must be at least `SPARE_CPUS` for the shards to
+/// poll until the next probe. A probe's verdict is up to a second old, and load can arrive in
+/// between: so each coarse tick (4 ms) the shard also reads how many threads are runnable
+/// (`/proc/loadavg`), and does not poll while the others (the count includes this one)
+/// outnumber the CPUs. (Not "all of them": the count is taken as the shard goes quiet, when
+/// the client it just answered is usually waking, and at one connection in upstream mode that
+/// vetoed most polls.)
+struct SpareCpu {
+    /// `/proc/stat`, kept open (None: unreadable, so never spare).
+    stat: Option<std::fs::File>,
+    /// The probe under way: when it started (coarse clock) and the idle time then.
+    probe: Cell<Option<(Duration, Duration)>>,
+    spare: Cell<bool>,
+    /// `/proc/loadavg`, kept open (None: unreadable, so never spare).
+    loadavg: Option<std::fs::File>,
+    /// CPUs online.
+    cpus: usize,
+    /// The coarse tick of the last runnable count, and whether it was at most `cpus`.
+    uncrowded: Cell<(Duration, bool)>,
+}
+
+/// 100 ms in every second: `/proc/stat` counts in hundredths of a second, so a probe of
+/// 100 ms on 2 CPUs resolves a tenth of a CPU.
+const SPARE_WINDOW: Duration = Duration::from_millis(100);
+const SPARE_EVERY: u128 = 10;
+/// On the 2-core machine a lone connection leaves 0.4-0.8 CPU idle, four busy connections none
+/// (docs/PERF.md, "Session 7").
+const SPARE_CPUS: f64 = 0.3;
+
+impl SpareCpu {
+    fn new() -> SpareCpu {
+        SpareCpu {
+            stat: std::fs::File::open("/proc/stat").ok(),
+            probe: Cell::new(None),
+            spare: Cell::new(false),
+            loadavg: std::fs::File::open("/proc/loadavg").ok(),
+            // SAFETY: plain sysconf query.
+            cpus: unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize,
+            uncrowded: Cell::new((Duration::MAX, false)),
+        }
+    }
+
+    /// May the shard poll now? Never in a probe window; otherwise the last probe's verdict,
+    /// unless threads queue for a CPU. Costs a `pread` of `/proc/stat` twice per probe and one
+    /// of `/proc/loadavg` per coarse tick in which it is asked.
+    fn spare(&self, tick: Duration) -> bool {
+        let probing = (tick.as_millis() / SPARE_WINDOW.as_millis()).is_multiple_of(SPARE_EVERY);
+        match (probing, self.probe.get()) {
+            (true, None) => {
+                self.probe.set(
+                    self.stat
+                        .as_ref()
+                        .and_then(idle_time)
+                        .map(|idle| (tick, idle)),
+                );
+                self.spare.set(false);
+            }
+            (false, Some((at, idle0))) => {
+                self.probe.set(None);
+                let wall = tick.saturating_sub(at).as_secs_f64();
+                let free = self
+                    .stat
+                    .as_ref()
+                    .and_then(idle_time)
+                    .map(|idle| idle.saturating_sub(idle0).as_secs_f64());
+                self.spare
+                    .set(wall > 0.0 && free.is_some_and(|free| free >= SPARE_CPUS * wall));
+            }
+            _ => {}
+        }
+        !probing && self.spare.get() && self.uncrowded(tick)
+    }
+
+    fn uncrowded(&self, tick: Duration) -> bool {
+        let (at, uncrowded) = self.uncrowded.get();
+        if at == tick {
+            return uncrowded;
+        }
+        let uncrowded = self
+            .loadavg
+            .as_ref()
+            .and_then(runnable_threads)
+            .is_some_and(|running| running <= self.cpus + 1);
+        self.uncrowded.set((tick, uncrowded));
+        uncrowded
+    }
+}
+
+/// The number of runnable threads on the machine, the caller included: the numerator of
+/// `/proc/loadavg`'s fourth field ("0.52 0.58 0.59 3/312 4242").
+fn runnable_threads(loadavg: &std::fs::File) -> Option<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 128];
+    let n = loadavg.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let field = text.split_ascii_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
+}
+
+/// All CPUs' idle plus iowait time since boot: the fourth and fifth numbers of `/proc/stat`'s
+/// first line ("cpu  7284667 286193 1724814 1624409 886215 ..."), in USER_HZ ticks.
+fn idle_time(stat: &std::fs::File) -> Option<Duration> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 256];
+    let n = stat.read_at(&mut buf, 0).ok()?;
+    let line = std::str::from_utf8(&buf[..n]).ok()?.lines().next()?;
+    let mut fields = line.split_ascii_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let mut fields = fields.skip(3);
+    let idle: u64 = fields.next()?.parse().ok()?;
+    let iowait: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: plain sysconf query.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_nanos(
+        (idle + iowait).saturating_mul(1_000_000_000 / hz),
+    ))
 }
 
 /// The provided-buffer ring the kernel receives into.
@@ -439,10 +575,13 @@ pub struct Driver {
     min_timeout: bool,
     /// ShardStream connections in progress (upstream mode), by socket index.
     connecting: RefCell<std::collections::HashMap<usize, Rc<Connecting>>>,
-    /// True while this shard's tasks wait for replies from another shard (see `run`).
-    awaiting_remote: RefCell<Option<Box<dyn Fn() -> bool>>>,
-    /// How long a quiet driver polls instead of sleeping while `awaiting_remote` holds.
-    remote_spin: Cell<Duration>,
+    /// How long a quiet driver polls before it sleeps (see `spin_idle`).
+    spin: Cell<Duration>,
+    /// The ring flags deferred completions in memory: without it polling cannot see them, so
+    /// the driver never spins.
+    taskrun_flag: bool,
+    /// Polls only while this says the machine has CPU to spare.
+    spare_cpu: SpareCpu,
     clock: CoarseScale,
     /// The earliest timer or accept retry, on the coarse scale (`Duration::MAX`: none). May be
     /// earlier than the truth (a cancelled timer); `fire_timers` recomputes it.
@@ -464,7 +603,7 @@ impl Driver {
         listeners: Vec<(OwnedFd, bool)>,
         bell: std::sync::Arc<Doorbell>,
     ) -> io::Result<Rc<Driver>> {
-        let ring = build_ring()?;
+        let (ring, taskrun_flag) = build_ring()?;
         let bufs = BufRing::new(&ring)?;
         let min_timeout = ring.params().is_feature_min_timeout();
         let driver = Rc::new(Driver {
@@ -496,8 +635,11 @@ impl Driver {
             sends_queued: Cell::new(0),
             min_timeout,
             connecting: RefCell::new(std::collections::HashMap::new()),
-            awaiting_remote: RefCell::new(None),
-            remote_spin: Cell::new(Duration::ZERO),
+            // Sleep at once until told otherwise (`set_spin`): the load generator's client
+            // side runs on this driver too.
+            spin: Cell::new(Duration::ZERO),
+            taskrun_flag,
+            spare_cpu: SpareCpu::new(),
             clock: CoarseScale::new(),
             next_due: Cell::new(Duration::MAX),
         });
@@ -537,30 +679,63 @@ impl Driver {
         self.arm_accept(i);
     }
 
-    /// Poll for up to `spin` instead of sleeping while `awaiting` says a reply from another
-    /// shard is due (see `run`).
-    pub fn set_remote_spin(&self, spin: Duration, awaiting: Box<dyn Fn() -> bool>) {
-        self.remote_spin.set(spin);
-        *self.awaiting_remote.borrow_mut() = Some(awaiting);
+    /// How long a quiet driver polls before sleeping (see `spin_idle`).
+    pub fn set_spin(&self, spin: Duration) {
+        self.spin.set(spin);
     }
 
-    /// Whether a quiet pass should poll again rather than sleep: a reply from another shard is
-    /// due and the spin that began at `since` has not run out.
-    fn keep_spinning(&self, since: &mut Option<Instant>) -> bool {
-        let spin = self.remote_spin.get();
-        if spin.is_zero() {
+    /// Poll instead of sleeping, for up to `spin`, while the machine has CPU to spare (see
+    /// `SpareCpu`): hand over the queued sends, then watch memory the kernel and other shards
+    /// write — the ring's "task work pending" flag (`IORING_SETUP_TASKRUN_FLAG`), the
+    /// completion queue, the doorbell's mail flag — without a system call. Returns true when
+    /// something arrived (its completions posted), false when the time ran out and the caller
+    /// should park.
+    ///
+    /// Why: at low concurrency the next event (a client's next query, an upstream reply, a
+    /// reply from another shard) usually comes within microseconds, and sleeping makes it
+    /// pay a thread wake-up on both sides (the sender's `try_to_wake_up`, an idle vCPU's exit
+    /// and this thread's switch back in). Measured in docs/PERF.md ("Session 7").
+    fn spin_idle(&self) -> bool {
+        let spin = self.spin.get();
+        // Only with CPU to spare: where clients (or an upstream PostgreSQL) share the shard's
+        // cores and keep them busy, polling takes from them more CPU than the wake-up it saves
+        // (at 4-64 connections on the 2-core machine, docs/PERF.md).
+        if spin.is_zero() || !self.taskrun_flag || !self.spare_cpu.spare(coarse_now()) {
             return false;
         }
-        let awaiting = match &*self.awaiting_remote.borrow() {
-            Some(f) => f(),
-            None => false,
-        };
-        if !awaiting {
-            return false;
+        let started = Instant::now();
+        if self.sends_queued.get() > 0 || !self.backlog.borrow().is_empty() {
+            // One enter hands over the sends (and re-armed receives), and runs the completions
+            // already waiting if the kernel flagged any (then there is nothing to spin for).
+            let waiting = self.ring.borrow_mut().submission().taskrun();
+            self.submit();
+            if waiting {
+                return true;
+            }
         }
-        let now = Instant::now();
-        let started = *since.get_or_insert(now);
-        now.duration_since(started) < spin
+        let mut ring = self.ring.borrow_mut();
+        let mut i = 0u32;
+        loop {
+            if ring.submission().taskrun() {
+                // Deferred completions wait for this thread: `submit` sees the flag and its
+                // enter carries GETEVENTS, which runs them.
+                if let Err(e) = ring.submit() {
+                    if e.raw_os_error() != Some(libc::EBUSY) {
+                        log::error!("io_uring submit failed: {e}");
+                    }
+                }
+                return true;
+            }
+            if !ring.completion().is_empty() || self.inbox_pending() {
+                return true;
+            }
+            i += 1;
+            // A precise clock read costs 30-40 ns here; one every 32 polls is enough.
+            if i.is_multiple_of(32) && started.elapsed() >= spin {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     fn push(&self, entry: squeue::Entry) {
@@ -1093,7 +1268,6 @@ impl Driver {
         // threshold is 10 ms), and the precise clock is read only when a timer may be due.
         let metrics = crate::metrics::current().filter(|m| m.enabled);
         let mut last_turn: Option<Duration> = None;
-        let mut spin_since = None;
         loop {
             let tick = coarse_now();
             if let Some(m) = &metrics {
@@ -1114,7 +1288,6 @@ impl Driver {
             let work = self.reap() + self.drain_inbox() + timers;
             if work > 0 {
                 quiet = 0;
-                spin_since = None;
                 busy_turns += 1;
                 if busy_turns >= 8 {
                     // Busy for a while without parking: hand the sends over anyway.
@@ -1131,18 +1304,14 @@ impl Driver {
                 // The last pass of the task queue ran the driver alone: nothing else is
                 // runnable, so sleeping in the ring starves no one.
                 self.flush_dirty();
-                if self.keep_spinning(&mut spin_since) {
-                    // A reply from another shard is due within microseconds: sleeping now
-                    // would make it pay a thread wake-up (an eventfd write there, a context
-                    // switch here). Hand over the sends already made, and poll again.
-                    if self.sends_queued.get() > 0 {
-                        self.submit();
-                    }
+                if self.spin_idle() {
+                    // Something arrived while polling: reap it now.
+                    quiet = 0;
+                    continue;
                 } else {
                     self.park();
                     quiet = 0;
                     busy_turns = 0;
-                    spin_since = None;
                     // The sleep is not a stall: count from its end, the next turn.
                     last_turn = None;
                     // Straight to reaping what woke us: a yield here would cost one more pass
