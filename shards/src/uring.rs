@@ -22,8 +22,9 @@
 //! run in the same executor loop. glommio's own per-loop work (its preemption timer, its
 //! parking through three rings and a membarrier) only runs when its preemption timer expires.
 //!
-//! When there is nothing to do the driver blocks in `io_uring_enter(GETEVENTS)` on its own
-//! ring, with a timeout: the next timer of the shard's [`crate::time`] wheel, capped at
+//! When there is nothing to do the driver first polls the ring's memory for a while if the
+//! machine has CPU to spare (`Driver::spin_idle`, `SpareCpu`), then blocks in
+//! `io_uring_enter(GETEVENTS)` on its own ring, with a timeout: the next timer of the shard's [`crate::time`] wheel, capped at
 //! [`PARK_CAP`]. It may only block if no other task of the shard is runnable. glommio does not
 //! expose its run queue, but `executor_stats()` hands out (and resets) the number of tasks run
 //! since the last call: the driver yields its task queue, which ends glommio's pass over the
@@ -43,8 +44,10 @@
 //! # Setup flags
 //! `SINGLE_ISSUER | DEFER_TASKRUN` (Linux 6.1): completion work runs only when this thread
 //! enters the ring to wait, never as an interrupt of the shard's user code, and one
-//! `io_uring_enter` reaps everything that arrived since the last. Falls back to
-//! `COOP_TASKRUN`, then to no flags, on older kernels.
+//! `io_uring_enter` reaps everything that arrived since the last. With `TASKRUN_FLAG` the kernel
+//! also marks the ring when such work is queued, which is what the poll before parking reads.
+//! Falls back to the same without `TASKRUN_FLAG` (no polling), `COOP_TASKRUN`, then no flags,
+//! on older kernels.
 //!
 //! # Safety of in-flight operations
 //! - A SEND points into a socket's `sending` vector; it is only touched (swapped, cleared)
