@@ -176,9 +176,9 @@ struct Cli {
     upstream_pipeline_depth: usize,
 
     /// io_uring path: microseconds a quiet shard polls its ring and doorbell before it
-    /// sleeps, while the machine has CPU to spare (at least half a CPU idle over the last
-    /// 50 ms, polling counted as idle); saves a thread wake-up per query at low concurrency.
-    /// 0: sleep at once.
+    /// sleeps, while the machine has CPU to spare (a probe of 100 ms in every second found
+    /// 0.3 CPU idle or more, and other runnable threads do not outnumber the CPUs); saves a
+    /// thread wake-up per query at low concurrency. 0: sleep at once.
     #[arg(long, value_name = "US", default_value_t = shards::config::DEFAULT_IDLE_SPIN.as_micros() as u64)]
     idle_spin_us: u64,
 
