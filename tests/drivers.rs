@@ -208,7 +208,7 @@ fn same_story_everywhere(driver: &str) {
     let rw = Ringwire::start(&[]);
     let got = tell(driver, "ringwire", &host(&rw), rw.port);
     assert_eq!(got, want, "{driver}: ringwire (left) vs PostgreSQL (right)");
-    let upstream = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let upstream = pg.url();
     let relay = Ringwire::start(&["--upstream", &upstream, "--upstream-pool-size", "2"]);
     let got = tell(driver, "ringwire --upstream", &host(&relay), relay.port);
     assert_eq!(

@@ -623,7 +623,7 @@ fn ringwire_answers_scripts_like_postgresql() {
 fn upstream_mode_relays_scripts_like_postgresql() {
     let pg = Postgres::start();
     let upstream = Postgres::start();
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", upstream.port);
+    let url = upstream.url();
     let rw = Ringwire::start(&["--upstream", &url, "--upstream-pool-size", "2"]);
     same_transcripts(&pg, rw.port, "ringwire --upstream");
 }

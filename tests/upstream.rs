@@ -15,7 +15,7 @@ use common::ringwire::Ringwire;
 use tokio_postgres::{error::SqlState, Client, NoTls, SimpleQueryMessage};
 
 fn start(pg: &Postgres, shards: &str, pool: &str) -> Ringwire {
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = pg.url();
     Ringwire::start(&[
         "--shards",
         shards,
@@ -635,7 +635,7 @@ fn malformed_and_misordered_messages_get_errors_and_the_session_goes_on() {
 fn the_unnamed_statement_survives_ringwires_own_queries() {
     use protocol::frontend::{self, Target};
     let pg = Postgres::start();
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = pg.url();
     let rw = Ringwire::start(&[
         "--shards",
         "1",

@@ -14,7 +14,7 @@ use common::ringwire::Ringwire;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 fn start(pg: &Postgres, extra: &[&str]) -> Ringwire {
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = pg.url();
     let mut args = vec![
         "--shards",
         "1",
@@ -147,7 +147,7 @@ async fn connections_idle_past_the_idle_timeout_are_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failed_check_does_not_make_a_client_wait_for_each_idle_connection() {
     let pg = Postgres::start();
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = pg.url();
     let rw = Ringwire::start(&[
         "--shards",
         "1",

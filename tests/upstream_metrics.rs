@@ -56,7 +56,7 @@ async fn metrics_in_upstream_mode_show_clients_statements_and_pools() {
     let pg = Postgres::start();
     let metrics_port = free_port();
     let listen = format!("127.0.0.1:{metrics_port}");
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = pg.url();
     // Two shards, one upstream connection each: clients queue for it.
     let rw = Ringwire::start(&[
         "--shards",
@@ -164,7 +164,7 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
     let standby = Postgres::start_standby(&primary);
     let metrics_port = free_port();
     let listen = format!("127.0.0.1:{metrics_port}");
-    let url = |pg: &Postgres| format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = |pg: &Postgres| pg.url();
     let rw = Ringwire::start(&[
         "--shards",
         "1",

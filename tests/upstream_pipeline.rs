@@ -15,7 +15,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
 fn start(pg: &Postgres, pool: &str, extra: &[&str]) -> Ringwire {
-    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = pg.url();
     let mut args = vec![
         "--shards",
         "1",

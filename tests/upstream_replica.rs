@@ -15,7 +15,7 @@ use common::ringwire::Ringwire;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 fn start(primary: &Postgres, standby: &Postgres, shards: &str) -> Ringwire {
-    let url = |pg: &Postgres| format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port);
+    let url = |pg: &Postgres| pg.url();
     Ringwire::start(&[
         "--shards",
         shards,

@@ -85,10 +85,6 @@ impl Setup {
         Setup { pg, dir }
     }
 
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.pg.port)
-    }
-
     /// ringwire with this hba (and the users file from pg_authid) in front of the upstream.
     fn ringwire(&self, hba: &str, extra: &[&str]) -> Ringwire {
         let users = users_file(&self.pg, &self.dir);
@@ -96,7 +92,7 @@ impl Setup {
         let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let hba_path = self.dir.join(format!("hba-{n}"));
         std::fs::write(&hba_path, hba).unwrap();
-        let url = self.url();
+        let url = self.pg.url();
         let mut args = vec![
             "--upstream",
             url.as_str(),
@@ -472,7 +468,7 @@ async fn replica_reads_run_as_the_client_too() {
     let s = Setup::new();
     // The standby has the primary's roles, verifiers and pg_hba (copied by the base backup).
     let standby = Postgres::start_standby(&s.pg);
-    let replica = format!("postgres://postgres@127.0.0.1:{}/postgres", standby.port);
+    let replica = standby.url();
     let rw = s.ringwire(HBA_MD5, &["--shards", "1", "--replica", &replica]);
     let alice = connect(&rw, "alice", "alice-pw", "postgres").await;
     let bob = connect(&rw, "bob", "bob-pw", "postgres").await;

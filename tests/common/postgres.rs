@@ -292,6 +292,12 @@ impl Postgres {
         }
     }
 
+    /// URL of the `postgres` superuser on database `postgres` (ringwire's `--upstream` and
+    /// `--replica`).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
     /// libpq-style connection string (tokio-postgres `connect`).
     pub fn connection_string(&self) -> String {
         format!(
