@@ -688,7 +688,7 @@ impl Driver {
     }
 
     /// Poll instead of sleeping, for up to `spin`, while the machine has CPU to spare (see
-    /// `SpareCpu`): hand over the queued sends, then watch memory the kernel and other shards
+    /// `SpareCpu`; `tick` is this turn's coarse clock): hand over the queued sends, then watch memory the kernel and other shards
     /// write — the ring's "task work pending" flag (`IORING_SETUP_TASKRUN_FLAG`), the
     /// completion queue, the doorbell's mail flag — without a system call. Returns true when
     /// something arrived (its completions posted), false when the time ran out and the caller
@@ -698,12 +698,12 @@ impl Driver {
     /// reply from another shard) usually comes within microseconds, and sleeping makes it
     /// pay a thread wake-up on both sides (the sender's `try_to_wake_up`, an idle vCPU's exit
     /// and this thread's switch back in). Measured in docs/PERF.md ("Session 7").
-    fn spin_idle(&self) -> bool {
+    fn spin_idle(&self, tick: Duration) -> bool {
         let spin = self.spin.get();
         // Only with CPU to spare: where clients (or an upstream PostgreSQL) share the shard's
         // cores and keep them busy, polling takes from them more CPU than the wake-up it saves
         // (at 4-64 connections on the 2-core machine, docs/PERF.md).
-        if spin.is_zero() || !self.taskrun_flag || !self.spare_cpu.spare(coarse_now()) {
+        if spin.is_zero() || !self.taskrun_flag || !self.spare_cpu.spare(tick) {
             return false;
         }
         let started = Instant::now();
@@ -1307,7 +1307,7 @@ impl Driver {
                 // The last pass of the task queue ran the driver alone: nothing else is
                 // runnable, so sleeping in the ring starves no one.
                 self.flush_dirty();
-                if self.spin_idle() {
+                if self.spin_idle(tick) {
                     // Something arrived while polling: reap it now.
                     quiet = 0;
                     continue;
