@@ -178,8 +178,10 @@ struct Cli {
     /// io_uring path: microseconds a quiet shard polls its ring and doorbell before it
     /// sleeps, while the machine has CPU to spare (a probe of 100 ms in every second found
     /// 0.3 CPU idle or more, and other runnable threads do not outnumber the CPUs); saves a
-    /// thread wake-up per query at low concurrency. 0: sleep at once.
-    #[arg(long, value_name = "US", default_value_t = shards::config::DEFAULT_IDLE_SPIN.as_micros() as u64)]
+    /// thread wake-up per query at low concurrency. 0: sleep at once. At most 10000: a shard
+    /// fires no timers while it polls.
+    #[arg(long, value_name = "US", default_value_t = shards::config::DEFAULT_IDLE_SPIN.as_micros() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
     idle_spin_us: u64,
 
     /// Log level: error, warn, info, debug or trace. `info` logs one line per connection

@@ -31,6 +31,9 @@ fn bad_settings_are_one_clear_sentence() {
     assert!(e.contains("--cores lists CPU 4000"), "{e}");
     let e = ringwire_fails(&["--listen", "127.0.0.1:0", "--cores", "0-x"]);
     assert!(e.contains("invalid CPU list"), "{e}");
+    // A shard fires no timers while it polls: an hour-long poll would stall them.
+    let e = ringwire_fails(&["--listen", "127.0.0.1:0", "--idle-spin-us", "20000"]);
+    assert!(e.contains("20000 is not in 0..=10000"), "{e}");
     let e = ringwire_fails(&[
         "--listen",
         "127.0.0.1:0",
