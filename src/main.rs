@@ -184,6 +184,14 @@ struct Cli {
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
     idle_spin_us: u64,
 
+    /// io_uring path: a shard that serves more client connections than another hands each new
+    /// one to the least loaded shard (one cross-core message per connection moved), so few
+    /// connections spread evenly; `off`: TCP connections stay where the kernel's SO_REUSEPORT
+    /// hash put them (4 clients land 3/1 or 4/0 on two shards half of the time). Unix-domain
+    /// connections are dealt either way.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    balance_connections: OnOff,
+
     /// Log level: error, warn, info, debug or trace. `info` logs one line per connection
     /// opened or closed and per error sent (with its SQLSTATE), never per successful
     /// statement. RUST_LOG, when set, overrides it (env_logger syntax, e.g. `ringwire=debug`).
@@ -311,6 +319,7 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
         startup_timeout: Duration::from_secs(cli.startup_timeout_secs),
         wire_floor: cli.wire_floor,
         idle_spin: Duration::from_micros(cli.idle_spin_us),
+        balance_connections: cli.balance_connections == OnOff::On,
         io: choose_io(cli.io)?,
         unix_socket_dir: cli.unix_socket_dir,
         tls: shards::tls::Tls::load(

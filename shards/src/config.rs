@@ -47,6 +47,10 @@ pub struct ServerConfig {
     /// io_uring path: how long a quiet shard polls before it sleeps, while the machine has
     /// CPU to spare (zero: never).
     pub idle_spin: Duration,
+    /// io_uring path: a shard serving more TCP connections than another hands a new one to the
+    /// least loaded (false: TCP connections stay where SO_REUSEPORT put them; Unix-domain ones
+    /// are always dealt, the kernel does not spread them at all).
+    pub balance_connections: bool,
     /// Which socket path the shards use.
     pub io: IoMode,
     /// Also listen on the Unix-domain socket `DIR/.s.PGSQL.<port>`, as PostgreSQL does.
@@ -81,6 +85,7 @@ impl Default for ServerConfig {
             startup_timeout: Duration::from_secs(60),
             wire_floor: false,
             idle_spin: DEFAULT_IDLE_SPIN,
+            balance_connections: true,
             io: IoMode::Uring,
             unix_socket_dir: None,
             tls: crate::tls::Tls::default(),

@@ -2,26 +2,29 @@
 //! mesh between them.
 //!
 //! Accepting: every shard has its own listening socket on the same address with SO_REUSEPORT,
-//! and the kernel spreads new connections over them by a hash of the 4-tuple. The alternative,
-//! one acceptor handing sockets to other shards, costs a cross-core hop per connection and
-//! makes one core special; REUSEPORT keeps shards symmetric. Its weakness is balance with few
-//! connections (the hash can put 3 of 4 clients on one shard); see docs/ARCHITECTURE.md.
+//! and the kernel spreads new connections over them by a hash of the 4-tuple, so no core is
+//! special and most connections stay where they were accepted. The hash balances badly with
+//! few connections (4 clients land 3/1 or 4/0 on two shards half of the time), so on the
+//! io_uring path a shard that serves more connections than another hands a new one over
+//! (`Dealer`, `Load::place`): one cross-core message per connection moved, never per query.
+//! See docs/ARCHITECTURE.md ("Placing connections").
 //!
 //! The sockets are created and bound here, on the main thread, before any executor starts, so
 //! "address in use" is a startup error, and `--listen 127.0.0.1:0` resolves to one port that
 //! every shard shares.
 //!
 //! The Unix-domain socket (`--unix-socket-dir`) is one socket: AF_UNIX has no SO_REUSEPORT.
-//! On the io_uring path every shard keeps a multishot accept on it and the kernel hands each
-//! connection to one of them. On the glommio path (whose Unix listener cannot adopt a bound
-//! socket) one plain thread accepts and deals connections to the shards in turn.
+//! On the io_uring path every shard keeps a multishot accept on it, the kernel hands each
+//! connection to one of them, and the same dealing balances them. On the glommio path (whose
+//! Unix listener cannot adopt a bound socket) one plain thread accepts and deals connections
+//! to the least loaded shard; glommio's TCP streams cannot give up their descriptor, so there
+//! TCP placement is SO_REUSEPORT's alone.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -31,7 +34,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::config::{IoMode, Placement, ServerConfig};
 use crate::conn::{serve, End};
 use crate::engine::Engine;
-use crate::shard::{CancelMessage, Shard, MAX_SHARDS};
+use crate::shard::{CancelMessage, Load, Shard, MAX_SHARDS};
 use crate::uring::{Doorbell, Driver, Peer};
 
 /// Bound listening sockets, ready to hand to shards.
@@ -144,7 +147,7 @@ where
     let config = Arc::new(config);
     let make_engine = Arc::new(make_engine);
     let shards = config.placement.shard_count();
-    let open_connections = Arc::new(AtomicUsize::new(0));
+    let load = Arc::new(Load::new(shards));
     let bells: Arc<Vec<Arc<Doorbell>>> = Arc::new(
         (0..shards)
             .map(|_| Doorbell::new().map(Arc::new))
@@ -162,14 +165,16 @@ where
     // Unix-domain connections: on the io_uring path every shard accepts on its own duplicate
     // of the socket; on the glommio path one thread accepts and deals them out.
     let mut unix_fds: Vec<Option<OwnedFd>> = (0..shards).map(|_| None).collect();
-    // io_uring path: accepted Unix connections dealt round-robin over the shards (see
-    // `Driver::set_unix_deal`), each shard's share sent over its channel.
-    let (deal_senders, deal_receivers): (Vec<_>, Vec<_>) =
-        (0..shards).map(|_| flume::unbounded::<OwnedFd>()).unzip();
-    let dealer = Arc::new(UnixDealer {
+    // io_uring path: accepted connections a shard hands to a less loaded one (see
+    // `Driver::set_deal`), each sent over the receiving shard's channel.
+    let (deal_senders, deal_receivers): (Vec<_>, Vec<_>) = (0..shards)
+        .map(|_| flume::unbounded::<(OwnedFd, Peer)>())
+        .unzip();
+    let dealer = Arc::new(Dealer {
+        tcp: config.balance_connections,
         shards: deal_senders,
         bells: bells.clone(),
-        next: AtomicUsize::new(0),
+        load: load.clone(),
     });
     let mut unix_receivers: Vec<Option<flume::Receiver<std::os::unix::net::UnixStream>>> =
         (0..shards).map(|_| None).collect();
@@ -188,13 +193,17 @@ where
                 for (slot, rx) in unix_receivers.iter_mut().zip(rxs) {
                     *slot = Some(rx);
                 }
+                let load = load.clone();
                 std::thread::Builder::new()
                     .name("unix-accept".into())
                     .spawn(move || {
-                        for (i, conn) in unix.incoming().enumerate() {
+                        for conn in unix.incoming() {
                             match conn {
                                 Ok(conn) => {
-                                    let _ = txs[i % txs.len()].send(conn);
+                                    let to = load.place(None);
+                                    if txs[to].send(conn).is_err() {
+                                        load.adopted(to);
+                                    }
                                 }
                                 Err(e) => {
                                     log::warn!("unix socket accept failed: {e}");
@@ -225,7 +234,7 @@ where
         let config = config.clone();
         let make_engine = make_engine.clone();
         let senders = senders.clone();
-        let open_connections = open_connections.clone();
+        let load = load.clone();
         let bells = bells.clone();
         let mesh = Mesh {
             shard_id: id,
@@ -268,12 +277,12 @@ where
                     config.clone(),
                     senders,
                     bells.clone(),
-                    open_connections,
+                    load,
                 ));
                 let inputs = ShardInputs {
                     cancels: cancel_rx,
                     mesh: mesh_rx,
-                    unix_dealt: dealt_rx,
+                    dealt: dealt_rx,
                 };
                 match (driver, glommio_listener) {
                     (Some(driver), _) => uring_main(shard, driver, inputs, dealer).await,
@@ -296,32 +305,39 @@ where
 struct ShardInputs<M> {
     cancels: flume::Receiver<CancelMessage>,
     mesh: flume::Receiver<M>,
-    /// Unix-domain connections another shard accepted and dealt to this one.
-    unix_dealt: flume::Receiver<OwnedFd>,
+    /// Connections another shard accepted and dealt to this one (io_uring path).
+    dealt: flume::Receiver<(OwnedFd, Peer)>,
 }
 
-/// Deals accepted Unix-domain connections round-robin over the shards (io_uring path). One
-/// shared counter bump per connection, never per query.
-struct UnixDealer {
-    shards: Vec<flume::Sender<OwnedFd>>,
+/// Hands an accepted connection to the least loaded shard (io_uring path, see `Load::place`).
+struct Dealer {
+    /// Deal TCP connections too (`--balance-connections`), not only Unix-domain ones.
+    tcp: bool,
+    shards: Vec<flume::Sender<(OwnedFd, Peer)>>,
     bells: Arc<Vec<Arc<Doorbell>>>,
-    next: AtomicUsize,
+    load: Arc<Load>,
 }
 
-impl UnixDealer {
-    /// `Some(fd)` if shard `me` keeps the connection.
-    fn deal(&self, me: usize, fd: OwnedFd) -> Option<OwnedFd> {
-        let to = self.next.fetch_add(1, Ordering::Relaxed) % self.shards.len();
-        if to == me {
-            return Some(fd);
+impl Dealer {
+    /// `Some` if shard `me` keeps the connection.
+    fn deal(&self, me: usize, fd: OwnedFd, peer: Peer) -> Option<(OwnedFd, Peer)> {
+        if !self.tcp && matches!(peer, Peer::Tcp(_)) {
+            return Some((fd, peer));
         }
-        match self.shards[to].send(fd) {
+        let to = self.load.place(Some(me));
+        if to == me {
+            return Some((fd, peer));
+        }
+        match self.shards[to].send((fd, peer)) {
             Ok(()) => {
                 self.bells[to].ring();
                 None
             }
             // That shard has stopped: serve the client here.
-            Err(flume::SendError(fd)) => Some(fd),
+            Err(flume::SendError(conn)) => {
+                self.load.adopted(to);
+                Some(conn)
+            }
         }
     }
 }
@@ -332,10 +348,10 @@ async fn uring_main<E: Engine>(
     shard: Rc<Shard<E>>,
     driver: Rc<Driver>,
     inputs: ShardInputs<E::Message>,
-    dealer: Arc<UnixDealer>,
+    dealer: Arc<Dealer>,
 ) {
     let me = shard.id;
-    driver.set_unix_deal(Box::new(move |fd| dealer.deal(me, fd)));
+    driver.set_deal(Box::new(move |fd, peer| dealer.deal(me, fd, peer)));
     let inputs = Rc::new(inputs);
     let on_accept = {
         let shard = shard.clone();
@@ -353,10 +369,11 @@ async fn uring_main<E: Engine>(
                 shard.apply_cancel(msg);
                 n += 1;
             }
-            while let Ok(fd) = inputs.unix_dealt.try_recv() {
+            while let Ok((fd, peer)) = inputs.dealt.try_recv() {
                 if let Some(driver) = crate::uring::current() {
-                    driver.adopt(fd, Peer::Unix);
+                    driver.adopt(fd, peer);
                 }
+                shard.load.adopted(shard.id);
                 n += 1;
             }
             n
@@ -375,7 +392,7 @@ async fn glommio_main<E: Engine>(
     unix: Option<flume::Receiver<std::os::unix::net::UnixStream>>,
     inputs: ShardInputs<E::Message>,
 ) {
-    // Unix connections come dealt by the accept thread here (`unix`), not through `unix_dealt`.
+    // Unix connections come dealt by the accept thread here (`unix`), not through `dealt`.
     let ShardInputs { cancels, mesh, .. } = inputs;
     let mesh_task = {
         let shard = shard.clone();
@@ -402,6 +419,7 @@ async fn glommio_main<E: Engine>(
                 // SAFETY: the accepted socket's fd moves into the glommio stream.
                 let stream = unsafe { glommio::net::UnixStream::from_raw_fd(conn.into_raw_fd()) };
                 spawn_connection(shard.clone(), stream, Some(Peer::Unix));
+                shard.load.adopted(shard.id);
             }
         })
         .detach();

@@ -1,6 +1,6 @@
 //! What one shard owns: its engine, its connections' cancel tokens, and its end of the cancel
-//! mesh. Nothing here is shared with another core except the read-only config, the global
-//! connection count (touched once per connect/disconnect, never per query) and the channels.
+//! mesh. Nothing here is shared with another core except the read-only config, the connection
+//! counts ([`Load`], touched once per connect/disconnect, never per query) and the channels.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -38,9 +38,7 @@ pub(crate) struct Shard<E: Engine> {
     cancel_mesh: Vec<flume::Sender<CancelMessage>>,
     bells: Arc<Vec<Arc<Doorbell>>>,
     next_serial: Cell<u32>,
-    pub open_connections: Arc<AtomicUsize>,
-    /// Connections open on this shard, for `max_connections_per_shard`.
-    open_here: Cell<usize>,
+    pub load: Arc<Load>,
     /// With `ServerConfig::wire_floor`: the prebuilt reply to every Query.
     pub wire_floor_reply: Option<Vec<u8>>,
     /// This shard's metrics (installed when the shard started, see `metrics::current`).
@@ -54,7 +52,7 @@ impl<E: Engine> Shard<E> {
         config: Arc<ServerConfig>,
         cancel_mesh: Vec<flume::Sender<CancelMessage>>,
         bells: Arc<Vec<Arc<Doorbell>>>,
-        open_connections: Arc<AtomicUsize>,
+        load: Arc<Load>,
     ) -> Shard<E> {
         assert!(
             id < MAX_SHARDS,
@@ -69,8 +67,7 @@ impl<E: Engine> Shard<E> {
             cancel_mesh,
             bells,
             next_serial: Cell::new(1),
-            open_connections,
-            open_here: Cell::new(0),
+            load,
             metrics: crate::metrics::current().expect("metrics are installed when a shard starts"),
         }
     }
@@ -137,9 +134,8 @@ impl<E: Engine> Shard<E> {
     /// Count a new connection; false if it is over the global or this shard's limit (it is
     /// counted all the same, and must be closed with [`Shard::connection_closed`]).
     pub fn connection_opened(&self) -> bool {
-        let before = self.open_connections.fetch_add(1, Ordering::Relaxed);
-        let here = self.open_here.get();
-        self.open_here.set(here + 1);
+        let before = self.load.total.fetch_add(1, Ordering::Relaxed);
+        let here = self.load.live[self.id].fetch_add(1, Ordering::Relaxed);
         before < self.config.max_connections
             && self
                 .config
@@ -148,8 +144,60 @@ impl<E: Engine> Shard<E> {
     }
 
     pub fn connection_closed(&self) {
-        self.open_connections.fetch_sub(1, Ordering::Relaxed);
-        self.open_here.set(self.open_here.get() - 1);
+        self.load.total.fetch_sub(1, Ordering::Relaxed);
+        self.load.live[self.id].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Client connections, in all and per shard, shared by every shard. Touched when a connection
+/// opens or closes, and read to place a new one; never on the query path.
+pub struct Load {
+    total: AtomicUsize,
+    /// Connections each shard serves.
+    live: Vec<AtomicUsize>,
+    /// Connections dealt to each shard that it has not adopted yet (see [`Load::place`]).
+    pending: Vec<AtomicUsize>,
+}
+
+impl Load {
+    pub fn new(shards: usize) -> Load {
+        Load {
+            total: AtomicUsize::new(0),
+            live: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
+            pending: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    fn weight(&self, shard: usize) -> usize {
+        self.live[shard].load(Ordering::Relaxed) + self.pending[shard].load(Ordering::Relaxed)
+    }
+
+    /// The shard that should serve a connection accepted on shard `me` (None: accepted off
+    /// the shards): the one serving the fewest, `me` unless another serves strictly fewer.
+    /// SO_REUSEPORT spreads connections by a hash of their addresses, which leaves few
+    /// connections badly spread (4 clients land 4/0 or 3/1 on two shards half of the time),
+    /// and Unix-domain sockets have no spreading at all. A shard that is sent one counts it
+    /// as pending until it adopts it ([`Load::adopted`]), so a burst of accepts on one shard
+    /// does not pile onto the same idle one.
+    pub fn place(&self, me: Option<usize>) -> usize {
+        let mut best = me.unwrap_or(0);
+        let mut best_weight = self.weight(best);
+        for shard in 0..self.live.len() {
+            let w = self.weight(shard);
+            if w < best_weight {
+                (best, best_weight) = (shard, w);
+            }
+        }
+        if Some(best) != me {
+            self.pending[best].fetch_add(1, Ordering::Relaxed);
+        }
+        best
+    }
+
+    /// Shard `shard` started serving a connection [`Load::place`] sent it (or could not send
+    /// it after all).
+    pub fn adopted(&self, shard: usize) {
+        self.pending[shard].fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -543,9 +543,9 @@ struct Listener {
 /// What the driver does with a freshly accepted connection (spawn its task).
 pub type OnAccept = Box<dyn Fn(UringStream, Peer)>;
 
-/// Where a freshly accepted Unix-domain connection goes: `Some(fd)` keeps it on this shard,
-/// `None` means it was handed to another shard (which calls [`Driver::adopt`]).
-pub type UnixDeal = Box<dyn Fn(OwnedFd) -> Option<OwnedFd>>;
+/// Where a freshly accepted pgwire connection goes: `Some` keeps it on this shard, `None`
+/// means it was handed to another shard (which calls [`Driver::adopt`]).
+pub type Deal = Box<dyn Fn(OwnedFd, Peer) -> Option<(OwnedFd, Peer)>>;
 
 /// A shard's io_uring and everything attached to it.
 pub struct Driver {
@@ -560,7 +560,7 @@ pub struct Driver {
     dirty_spare: Cell<Vec<Rc<Socket>>>,
     listeners: RefCell<Vec<Listener>>,
     on_accept: RefCell<Option<OnAccept>>,
-    unix_deal: RefCell<Option<UnixDeal>>,
+    deal: RefCell<Option<Deal>>,
     /// Accepts to re-arm (after an error such as EMFILE, at the given time).
     accept_retry: RefCell<Vec<(usize, Instant)>>,
     bell: std::sync::Arc<Doorbell>,
@@ -627,7 +627,7 @@ impl Driver {
                     .collect(),
             ),
             on_accept: RefCell::new(None),
-            unix_deal: RefCell::new(None),
+            deal: RefCell::new(None),
             accept_retry: RefCell::new(Vec::new()),
             bell,
             bell_buf: Box::new(UnsafeCell::new(0)),
@@ -660,11 +660,11 @@ impl Driver {
         *self.inbox.borrow_mut() = Some(inbox);
     }
 
-    /// Deal accepted Unix-domain connections over the shards. The kernel has no SO_REUSEPORT
-    /// for Unix sockets: every shard accepts on the same socket and one of them tends to win
-    /// every time, so without this all local clients would share one core.
-    pub fn set_unix_deal(&self, deal: UnixDeal) {
-        *self.unix_deal.borrow_mut() = Some(deal);
+    /// Deal accepted pgwire connections over the shards (side listeners keep theirs): the
+    /// kernel spreads few TCP connections unevenly, and has no SO_REUSEPORT for Unix sockets
+    /// (every shard accepts on the same socket and one of them tends to win every time).
+    pub fn set_deal(&self, deal: Deal) {
+        *self.deal.borrow_mut() = Some(deal);
     }
 
     /// Accept on one more listening socket, with its own handler (not the shard's pgwire
@@ -986,14 +986,7 @@ impl Driver {
             (l.unix, l.on_accept.clone())
         };
         let peer = if unix {
-            let kept = match &*self.unix_deal.borrow() {
-                Some(deal) => deal(fd),
-                None => Some(fd),
-            };
-            match kept {
-                Some(fd) => return self.serve_socket(fd, Peer::Unix, own_handler),
-                None => return,
-            }
+            Peer::Unix
         } else {
             let sock = socket2::SockRef::from(&fd);
             let _ = sock.set_nodelay(true);
@@ -1002,10 +995,16 @@ impl Driver {
                 None => return, // Gone already.
             }
         };
-        self.serve_socket(fd, peer, own_handler);
+        let kept = match (&own_handler, &*self.deal.borrow()) {
+            (None, Some(deal)) => deal(fd, peer),
+            _ => Some((fd, peer)),
+        };
+        if let Some((fd, peer)) = kept {
+            self.serve_socket(fd, peer, own_handler);
+        }
     }
 
-    /// Serve a Unix connection another shard accepted and dealt to this one.
+    /// Serve a connection another shard accepted and dealt to this one.
     pub fn adopt(&self, fd: OwnedFd, peer: Peer) {
         self.serve_socket(fd, peer, None);
     }

@@ -28,14 +28,18 @@ pub async fn shard_of(client: &Client) -> usize {
     shards::shard_of_process_id(pid)
 }
 
-/// A new session that landed on `shard`: connections land by the kernel's hash (TCP) or the
-/// shards' round robin (Unix), so open until one does.
+/// A new session that landed on `shard`. A new connection goes to the shard serving the
+/// fewest (on a tie, or with `--balance-connections off`, where the kernel's hash put it), so
+/// open until one lands there, keeping the misses open meanwhile: each miss leaves `shard`
+/// serving fewer than the others.
 pub async fn connect_on_shard(conninfo: &str, shard: usize) -> Client {
+    let mut misses = Vec::new();
     for _ in 0..200 {
         let c = connect_to(conninfo).await;
         if shard_of(&c).await == shard {
             return c;
         }
+        misses.push(c);
     }
     panic!("no connection landed on shard {shard} in 200 tries");
 }
