@@ -139,12 +139,16 @@ impl Raw {
     }
 
     /// A session on `shard` of a ringwire server (the shard is in the process id's high bits).
+    /// A new connection goes to the shard serving the fewest, so the misses stay open until
+    /// one lands (as `common::client::connect_on_shard` does).
     fn on_shard(rw: &Ringwire, shard: usize) -> Raw {
+        let mut misses = Vec::new();
         for _ in 0..200 {
             let raw = Raw::connect(&rw.addr());
             if shards::shard_of_process_id(raw.pid) == shard {
                 return raw;
             }
+            misses.push(raw);
         }
         panic!("no connection landed on shard {shard}");
     }
