@@ -187,7 +187,7 @@ struct Cli {
     /// io_uring path: a shard that serves more client connections than another hands each new
     /// one to the least loaded shard (one cross-core message per connection moved), so few
     /// connections spread evenly; `off`: TCP connections stay where the kernel's SO_REUSEPORT
-    /// hash put them (4 clients land 3/1 or 4/0 on two shards half of the time). Unix-domain
+    /// hash put them (4 clients land 3/1 or 4/0 on two shards 5 times in 8). Unix-domain
     /// connections are dealt either way.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     balance_connections: OnOff,

@@ -4,7 +4,7 @@
 //! Accepting: every shard has its own listening socket on the same address with SO_REUSEPORT,
 //! and the kernel spreads new connections over them by a hash of the 4-tuple, so no core is
 //! special and most connections stay where they were accepted. The hash balances badly with
-//! few connections (4 clients land 3/1 or 4/0 on two shards half of the time), so on the
+//! few connections (4 clients land 3/1 or 4/0 on two shards 5 times in 8), so on the
 //! io_uring path a shard that serves more connections than another hands a new one over
 //! (`Dealer`, `Load::place`): one cross-core message per connection moved, never per query.
 //! See docs/ARCHITECTURE.md ("Placing connections").

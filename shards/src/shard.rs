@@ -175,7 +175,7 @@ impl Load {
     /// The shard that should serve a connection accepted on shard `me` (None: accepted off
     /// the shards): the one serving the fewest, `me` unless another serves strictly fewer.
     /// SO_REUSEPORT spreads connections by a hash of their addresses, which leaves few
-    /// connections badly spread (4 clients land 4/0 or 3/1 on two shards half of the time),
+    /// connections badly spread (4 clients land 4/0 or 3/1 on two shards 5 times in 8),
     /// and Unix-domain sockets have no spreading at all. A shard that is sent one counts it
     /// as pending until it adopts it ([`Load::adopted`]), so a burst of accepts on one shard
     /// does not pile onto the same idle one.
