@@ -151,7 +151,7 @@ fn unix_socket_serves_psql_pgbench_and_tokio_postgres() {
 
 /// Few TCP connections spread evenly: a new connection goes to the shard serving the fewest,
 /// so at every count the two shards differ by at most one (the kernel's SO_REUSEPORT hash
-/// alone leaves 4 connections 3/1 or 4/0 half of the time), and connections that close count
+/// alone leaves 4 connections 3/1 or 4/0 5 times in 8), and connections that close count
 /// no more. glommio's TCP path keeps the kernel's placement (its streams cannot give up their
 /// descriptor), so there this only checks that every connection works.
 #[tokio::test]
