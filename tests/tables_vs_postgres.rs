@@ -23,10 +23,11 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
 
+use common::client::{connect_on_shard, connect_to};
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Run in order on one connection to each server. Every entry is unique (checked), so a
 /// known difference names exactly one step.
@@ -862,14 +863,6 @@ async fn extended(client: &Client, sql: &str, params: &[Param]) -> Outcome {
     Outcome::Done(parts)
 }
 
-async fn connect(connection_string: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(connection_string, NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect {connection_string}: {e}"));
-    tokio::spawn(connection);
-    client
-}
-
 /// Compares one step and files it: known differences must still differ, the rest must match.
 struct Report {
     steps: usize,
@@ -924,21 +917,11 @@ async fn tables_match_postgres() {
 
     let pg = Postgres::start();
     let rw = Ringwire::start(&[]);
-    let pg_client = connect(&pg.connection_string()).await;
+    let pg_client = connect_to(&pg.connection_string()).await;
     // On shard 1, whose reads its read replica serves when fresh (the compute's own shard
     // answers by a function call, covered by the other table tests): the corpus checks the
     // replica against PostgreSQL, through every DDL and write it contains.
-    let rw_client = loop {
-        let c = connect(&rw.connection_string("postgres")).await;
-        let pid: i32 = c
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if shards::shard_of_process_id(pid) == 1 {
-            break c;
-        }
-    };
+    let rw_client = connect_on_shard(&rw.connection_string("postgres"), 1).await;
 
     let mut report = Report {
         steps: 0,
