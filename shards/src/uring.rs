@@ -24,11 +24,12 @@
 //!
 //! When there is nothing to do the driver first polls the ring's memory for a while if the
 //! machine has CPU to spare (`Driver::spin_idle`, `SpareCpu`), then blocks in
-//! `io_uring_enter(GETEVENTS)` on its own ring, with a timeout: the next timer of the shard's [`crate::time`] wheel, capped at
-//! [`PARK_CAP`]. It may only block if no other task of the shard is runnable. glommio does not
-//! expose its run queue, but `executor_stats()` hands out (and resets) the number of tasks run
-//! since the last call: the driver yields its task queue, which ends glommio's pass over the
-//! queue right after the driver, and looks at that count one pass later. If the pass ran the
+//! `io_uring_enter(GETEVENTS)` on its own ring, with a timeout: the next timer of the shard's
+//! [`crate::time`] wheel, capped at [`PARK_CAP`]. It may only block if no other task of the
+//! shard is runnable. glommio does not expose its run queue, but `executor_stats()` hands out
+//! (and resets) the number of tasks run since the last call: the driver yields its task queue,
+//! which ends glommio's pass over the queue right after the driver, and looks at that count
+//! one pass later. If the pass ran the
 //! driver alone, no other task was woken and the queue holds only the driver.
 //!
 //! What wakes a parked shard:
@@ -272,21 +273,18 @@ impl SpareCpu {
 /// The number of runnable threads on the machine, the caller included: the numerator of
 /// `/proc/loadavg`'s fourth field ("0.52 0.58 0.59 3/312 4242").
 fn runnable_threads(loadavg: &std::fs::File) -> Option<usize> {
-    use std::os::unix::fs::FileExt;
     let mut buf = [0u8; 128];
-    let n = loadavg.read_at(&mut buf, 0).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
-    let field = text.split_ascii_whitespace().nth(3)?;
+    let field = proc_text(loadavg, &mut buf)?
+        .split_ascii_whitespace()
+        .nth(3)?;
     field.split('/').next()?.parse().ok()
 }
 
 /// All CPUs' idle plus iowait time since boot: the fourth and fifth numbers of `/proc/stat`'s
 /// first line ("cpu  7284667 286193 1724814 1624409 886215 ..."), in USER_HZ ticks.
 fn idle_time(stat: &std::fs::File) -> Option<Duration> {
-    use std::os::unix::fs::FileExt;
     let mut buf = [0u8; 256];
-    let n = stat.read_at(&mut buf, 0).ok()?;
-    let line = std::str::from_utf8(&buf[..n]).ok()?.lines().next()?;
+    let line = proc_text(stat, &mut buf)?.lines().next()?;
     let mut fields = line.split_ascii_whitespace();
     if fields.next()? != "cpu" {
         return None;
@@ -299,6 +297,14 @@ fn idle_time(stat: &std::fs::File) -> Option<Duration> {
     Some(Duration::from_nanos(
         (idle + iowait).saturating_mul(1_000_000_000 / hz),
     ))
+}
+
+/// The start of a `/proc` file (as much as fits `buf`), read afresh from offset 0 through a
+/// descriptor kept open: one `pread`, no open or seek.
+fn proc_text<'a>(file: &std::fs::File, buf: &'a mut [u8]) -> Option<&'a str> {
+    use std::os::unix::fs::FileExt;
+    let n = file.read_at(buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()
 }
 
 /// The provided-buffer ring the kernel receives into.
@@ -688,9 +694,10 @@ impl Driver {
     }
 
     /// Poll instead of sleeping, for up to `spin`, while the machine has CPU to spare (see
-    /// `SpareCpu`; `tick` is this turn's coarse clock): hand over the queued sends, then watch memory the kernel and other shards
-    /// write — the ring's "task work pending" flag (`IORING_SETUP_TASKRUN_FLAG`), the
-    /// completion queue, the doorbell's mail flag — without a system call. Returns true when
+    /// `SpareCpu`; `tick` is this turn's coarse clock): hand over the queued sends, then watch
+    /// memory the kernel and other shards write — the ring's "task work pending" flag
+    /// (`IORING_SETUP_TASKRUN_FLAG`), the completion queue, the doorbell's mail flag — without a
+    /// system call. Returns true when
     /// something arrived (its completions posted), false when the time ran out and the caller
     /// should park.
     ///
