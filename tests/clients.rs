@@ -63,7 +63,7 @@ fn pgbench(rw: &Ringwire, script: &str, mode: &str) -> String {
     std::fs::write(&file, script).unwrap();
     let file = file.to_str().unwrap();
     rw.pgbench(&[
-        "-n", "-c", "16", "-j", "2", "-T", "5", "-M", mode, "-f", file,
+        "-n", "-c", "16", "-j", "2", "-T", "2", "-M", mode, "-f", file,
     ])
 }
 

@@ -275,7 +275,7 @@ async fn pgbench_init_select_only_and_tpcb_like() {
         "primary key step missing"
     );
     for mode in ["simple", "prepared"] {
-        let report = rw.pgbench(&["-n", "-S", "-c", "16", "-j", "2", "-T", "3", "-M", mode]);
+        let report = rw.pgbench(&["-n", "-S", "-c", "16", "-j", "2", "-T", "2", "-M", mode]);
         let (processed, failed) = common::pgbench::processed_and_failed(&report);
         assert!(processed > 500, "-S -M {mode}: {report}");
         assert_eq!(failed, 0, "-S -M {mode}: {report}");
