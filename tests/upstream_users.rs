@@ -323,6 +323,45 @@ async fn wrong_passwords_and_missing_credentials_are_clear_errors() {
     );
 }
 
+/// A client already logged in whose statement needs a new upstream connection that the
+/// upstream refuses gets the upstream's own error, not 08006 (drivers and pools such as
+/// pgjdbc and HikariCP take class 08 to mean the client's connection is broken), and its
+/// connection keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_upstream_login_that_is_refused_gives_its_own_error() {
+    let s = Setup::new();
+    let rw = s.ringwire(HBA_MD5, &["--shards", "1"]);
+    let holder = connect(&rw, "alice", "alice-pw", "postgres").await;
+    // The pool's one connection is held by an open transaction...
+    holder.batch_execute("begin; select 1").await.unwrap();
+    // ...and the upstream allows alice no second one.
+    s.pg.query_value("alter role alice connection limit 1");
+    let other = connect(&rw, "alice", "alice-pw", "postgres").await;
+    let e = other.simple_query("select 2").await.unwrap_err();
+    assert_eq!(code(&e), "53300", "{e}");
+    assert_eq!(msg(&e), "too many connections for role \"alice\"");
+    // The same with the extended protocol.
+    let e = other
+        .query_one("select $1::int", &[&3i32])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "53300", "{e}");
+    // A password changed upstream: class 28 (which one depends on what no longer matches).
+    s.pg.query_value(
+        "alter role alice connection limit -1; \
+         set password_encryption = 'scram-sha-256'; \
+         alter role alice password 'rotated-pw'",
+    );
+    let e = other.simple_query("select 4").await.unwrap_err();
+    assert!(code(&e).starts_with("28"), "{e}");
+    // Neither client lost its connection: once the holder commits, its connection serves
+    // the other.
+    holder.batch_execute("commit").await.unwrap();
+    let row = other.query_one("select 5::int", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 5);
+    assert_eq!(identity(&holder).await, ids("alice", "postgres"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleartext_clients_log_in_upstream_with_the_password_they_sent() {
     let s = Setup::new();

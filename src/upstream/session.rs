@@ -717,7 +717,11 @@ impl Session {
     }
 
     /// A primary connection (or a share of a pipelined one) for this batch. If none can be
-    /// had, the batch is answered here with 08006 and the result is false.
+    /// had, the batch is answered here and the result is false: with 08006 when the upstream
+    /// could not be reached, else with the error its login gave (53300 when its
+    /// `max_connections` are taken, 28P01 after a password change upstream). Class 08 would
+    /// tell drivers and pools (pgjdbc, HikariCP) that this client's connection is broken,
+    /// which it is not.
     async fn acquire_primary(
         &mut self,
         frames: &[u8],
@@ -728,7 +732,14 @@ impl Session {
             Ok(()) => true,
             Err(e) => {
                 log::warn!("upstream: {}", e.message);
-                self.fail_locally(frames, out, lost(&e.message));
+                let err = if e.code == SqlState::CONNECTION_FAILURE {
+                    lost(&e.message)
+                } else {
+                    PgError::new(e.code, e.message).with_detail(
+                        "The upstream server refused a new connection for this statement.",
+                    )
+                };
+                self.fail_locally(frames, out, err);
                 false
             }
         }
@@ -2082,7 +2093,7 @@ impl Session {
         self.pinned = false;
     }
 
-    /// No upstream connection could be had: answer the batch here with 08006.
+    /// No upstream connection could be had: answer every message of the batch here with `err`.
     fn fail_locally(&mut self, frames: &[u8], out: &mut Vec<u8>, err: PgError) {
         let mut rest = frames;
         let mut reported = false;
