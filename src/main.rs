@@ -145,6 +145,14 @@ struct Cli {
     #[arg(long, default_value_t = 16)]
     upstream_pool_size: usize,
 
+    /// Upstream mode: most connections to each upstream host (the primary, and each
+    /// replica) over every user, database and shard, so the upstream's `max_connections` is
+    /// never reached (PgBouncer's `max_db_connections`, over all databases). Each shard owns
+    /// an equal share. A key that needs a connection when the share is used closes another
+    /// key's longest-idle one, or waits. 0: no cap but `--upstream-pool-size` per key.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    upstream_max_connections: usize,
+
     /// Upstream mode: who clients' statements run as. `client`: each client as the user and
     /// database it logged in with (credentials from its own authentication: SCRAM
     /// pass-through, the stored md5 hash, or the cleartext password of `--auth password`).
@@ -346,6 +354,7 @@ fn upstream_config(
     pipeline_depth: usize,
     login: UpstreamLogin,
     timers: PoolTimers,
+    max_connections: usize,
 ) -> Result<(Upstreams, Arc<Vec<(String, String)>>), String> {
     if pool_size == 0 {
         return Err("--upstream-pool-size must be at least 1".into());
@@ -399,6 +408,7 @@ fn upstream_config(
         wal,
         pipeline_depth,
         login,
+        max_connections,
     };
     Ok((upstreams, Arc::new(handshake.parameters)))
 }
@@ -505,6 +515,7 @@ fn main() -> ExitCode {
                 idle_timeout: std::time::Duration::from_secs(cli.upstream_idle_timeout_secs),
                 ..PoolTimers::default()
             },
+            cli.upstream_max_connections,
         ) {
             Ok(u) => Some(u),
             Err(e) => {
@@ -520,6 +531,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some((u, _)) = &upstream {
+        let shards = config.placement.shard_count();
+        if u.max_connections > 0 && u.max_connections < shards {
+            eprintln!(
+                "ringwire: --upstream-max-connections {} is less than the {shards} shards: \
+                 each shard needs a share of at least one connection",
+                u.max_connections
+            );
+            return ExitCode::from(2);
+        }
+    }
     // Before the listening line: a SIGHUP from then on reloads instead of killing us.
     if let Err(e) = shards::auth::reload_on_sighup(config.auth.clone(), config.tls.clone()) {
         eprintln!("ringwire: {e}");

@@ -392,19 +392,23 @@ async fn url_login_keeps_everyone_as_the_url_user() {
 
 /// Many clients of two users (and two databases) on one shard with a small pool, hammering
 /// simple, extended and transactional statements at once: each always sees its own identity.
-async fn isolation_under_load(pipeline: &str) {
+/// `cap`: `--upstream-max-connections`, below what the two pools would open.
+async fn isolation_under_load(pipeline: &str, cap: Option<&str>) {
     let s = Setup::new();
-    let rw = s.ringwire(
-        HBA_MD5,
-        &[
-            "--shards",
-            "1",
-            "--upstream-pool-size",
-            "2",
-            "--upstream-pipeline",
-            pipeline,
-        ],
+    let mut args = vec![
+        "--shards",
+        "1",
+        "--upstream-pool-size",
+        "2",
+        "--upstream-pipeline",
+        pipeline,
+    ];
+    args.extend(
+        cap.map(|n| ["--upstream-max-connections", n])
+            .iter()
+            .flatten(),
     );
+    let rw = s.ringwire(HBA_MD5, &args);
     let mut tasks = Vec::new();
     for i in 0..16 {
         let (user, pw, db) = if i % 2 == 0 {
@@ -464,16 +468,128 @@ async fn isolation_under_load(pipeline: &str) {
             .unwrap();
         assert!((1..=2).contains(&n), "{n} connections of {user}@{db}");
     }
+    if let Some(cap) = cap {
+        let n: usize = s
+            .pg
+            .query_value("select count(*) from pg_stat_activity where usename in ('alice', 'bob')")
+            .parse()
+            .unwrap();
+        assert!(
+            n <= cap.parse().unwrap(),
+            "{n} connections over a cap of {cap}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pools_never_mix_users_under_load() {
-    isolation_under_load("off").await;
+    isolation_under_load("off", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipes_never_mix_users_under_load() {
-    isolation_under_load("on").await;
+    isolation_under_load("on", None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_under_a_connection_cap_never_mix_users_or_stall() {
+    isolation_under_load("off", Some("3")).await;
+}
+
+/// `--upstream-max-connections` caps the connections to the upstream over every user and
+/// database: a client that needs one when the cap is reached closes another user's idle
+/// connection, or waits until one is given back, and the upstream never holds more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_holds_over_every_user() {
+    let s = Setup::new();
+    let rw = s.ringwire(
+        HBA_MD5,
+        &["--shards", "1", "--upstream-max-connections", "2"],
+    );
+    let count = |users: &str| {
+        s.pg.query_value(&format!(
+            "select count(*) from pg_stat_activity where usename in ({users})"
+        ))
+    };
+    // A closed connection's backend exits a moment after ringwire lets go of it.
+    let settles_at = |users: &str, want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let got = count(users);
+            if got == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{users}: {got} connections, not {want}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let all = "'alice', 'bob', 'carol'";
+    let alice = connect(&rw, "alice", "alice-pw", "postgres").await;
+    alice.batch_execute("begin; select 1").await.unwrap();
+    let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
+    bob.batch_execute("begin; select 1").await.unwrap();
+    settles_at(all, "2");
+    // Both connections are in transactions: carol's login waits for one.
+    let port = rw.port;
+    let carol = tokio::spawn(async move {
+        let conn =
+            format!("host=127.0.0.1 port={port} user=carol password=carol-pw dbname=postgres");
+        let (client, connection) = tokio_postgres::connect(&conn, NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!carol.is_finished(), "carol logged in over the cap");
+    assert_eq!(count(all), "2");
+    // alice's connection, given back, is closed for carol (nobody of alice's waits for it).
+    alice.batch_execute("commit").await.unwrap();
+    let carol = tokio::time::timeout(Duration::from_secs(10), carol)
+        .await
+        .expect("carol still waits after alice's connection was given back")
+        .unwrap();
+    assert_eq!(identity(&carol).await, ids("carol", "postgres"));
+    settles_at("'alice'", "0");
+    settles_at(all, "2");
+    // carol's connection is idle now and bob's in a transaction: alice's next statement
+    // closes carol's at once rather than wait.
+    let started = Instant::now();
+    assert_eq!(identity(&alice).await, ids("alice", "postgres"));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    settles_at("'carol'", "0");
+    settles_at(all, "2");
+    bob.batch_execute("commit").await.unwrap();
+    assert_eq!(identity(&carol).await, ids("carol", "postgres"));
+    settles_at(all, "2");
+}
+
+#[test]
+fn a_connection_cap_below_the_shard_count_is_a_startup_error() {
+    let s = Setup::new();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringwire"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--shards",
+            "2",
+            "--upstream",
+            &s.pg.url(),
+        ])
+        .args(["--upstream-max-connections", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--upstream-max-connections 1 is less than the 2 shards"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

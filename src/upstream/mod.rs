@@ -106,6 +106,19 @@ pub struct Upstreams {
     pub pipeline_depth: usize,
     /// `--upstream-login`.
     pub login: UpstreamLogin,
+    /// `--upstream-max-connections`: connections to each host over every (user, database)
+    /// and shard; 0: no cap but `pool_size_per_shard` per key.
+    pub max_connections: usize,
+}
+
+impl Upstreams {
+    /// Shard `shard`'s share of `max_connections` (the shares add up to it; each shard owns
+    /// its own, so no count crosses cores), or `None` without a cap.
+    pub fn cap_on_shard(&self, shard: usize, shards: usize) -> Option<usize> {
+        (self.max_connections > 0).then(|| {
+            self.max_connections / shards + usize::from(shard < self.max_connections % shards)
+        })
+    }
 }
 
 /// The primary's WAL page and segment sizes (`wal_block_size`, `wal_segment_size`), to read
@@ -289,7 +302,12 @@ impl Upstream {
         parameters: Arc<Vec<(String, String)>>,
         mesh: Mesh<stats::Message>,
     ) -> Upstream {
-        let shard = Rc::new(pool::ShardUpstream::new(upstreams, parameters));
+        let shard = Rc::new(pool::ShardUpstream::new(
+            upstreams,
+            parameters,
+            mesh.shard_id,
+            mesh.shards(),
+        ));
         Upstream {
             metrics: Rc::new(Metrics {
                 shard: shard.clone(),

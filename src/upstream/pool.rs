@@ -49,14 +49,25 @@ pub struct Pools {
     pub config: Arc<UpstreamConfig>,
     host: Host,
     by_key: RefCell<HashMap<PoolKey, Rc<Pool>>>,
+    /// This shard's share of `--upstream-max-connections`, over every key.
+    cap: Option<Rc<HostCap>>,
 }
 
 impl Pools {
-    fn new(config: Arc<UpstreamConfig>, host: Host) -> Pools {
+    /// `cap`: at most this many connections to the host over every key (`None`: only
+    /// `pool_size_per_shard` per key).
+    fn new(config: Arc<UpstreamConfig>, host: Host, cap: Option<usize>) -> Pools {
         Pools {
             config,
             host,
             by_key: RefCell::new(HashMap::new()),
+            cap: cap.map(|limit| {
+                Rc::new(HostCap {
+                    limit,
+                    slots: Rc::default(),
+                    idle_lists: RefCell::default(),
+                })
+            }),
         }
     }
 
@@ -65,7 +76,15 @@ impl Pools {
         if let Some(pool) = self.by_key.borrow().get(key) {
             return pool.clone();
         }
-        let pool = Rc::new(Pool::new(self.config.clone(), self.host, key.clone()));
+        let pool = Rc::new(Pool::new(
+            self.config.clone(),
+            self.host,
+            key.clone(),
+            self.cap.clone(),
+        ));
+        if let Some(cap) = &self.cap {
+            cap.idle_lists.borrow_mut().push(Rc::downgrade(&pool.idle));
+        }
         self.by_key.borrow_mut().insert(key.clone(), pool.clone());
         pool
     }
@@ -178,6 +197,7 @@ pub struct Pool {
     /// Shared with the task that closes connections idle past the idle timeout.
     idle: Rc<RefCell<Vec<ServerConn>>>,
     slots: Rc<Slots>,
+    cap: Option<Rc<HostCap>>,
     reaper_started: Cell<bool>,
     /// The credential of the latest login that succeeded with a SCRAM ClientKey or an md5
     /// hash (never a cleartext password), for connections opened on behalf of a client whose
@@ -187,6 +207,57 @@ pub struct Pool {
     /// What the server reported to the first login of this key (`session_authorization`,
     /// `is_superuser` and per-role settings differ by user): shown to its clients at startup.
     pub parameters: RefCell<Option<Parameters>>,
+}
+
+/// A shard's share of `--upstream-max-connections` for one host: every key's connections
+/// count against `limit`. A key that needs a connection when the share is used closes the
+/// connection idle longest of another key; if none is idle, it waits, and the next
+/// connection given back by a key nobody of that key waits for is closed to free the slot.
+struct HostCap {
+    limit: usize,
+    /// Open connections to the host over every key, and clients waiting for the cap.
+    slots: Rc<Slots>,
+    /// Each key's idle list (weak: a pool lives as long as its shard's `Pools`).
+    idle_lists: RefCell<Vec<Weak<RefCell<Vec<ServerConn>>>>>,
+}
+
+impl HostCap {
+    fn full(&self) -> bool {
+        self.slots.open.get() >= self.limit
+    }
+
+    /// Close the connection idle longest over every key, freeing a slot; false if none is
+    /// idle.
+    fn close_longest_idle(&self) -> bool {
+        let lists: Vec<_> = self
+            .idle_lists
+            .borrow()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let oldest = lists
+            .iter()
+            .flat_map(|list| {
+                let idle = list.borrow();
+                idle.iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.released_at, i))
+                    .min()
+                    .map(|(at, i)| (at, i, list))
+            })
+            .min_by_key(|&(at, _, _)| at);
+        let Some((_, i, list)) = oldest else {
+            return false;
+        };
+        let conn = list.borrow_mut().swap_remove(i);
+        log::info!(
+            "closing idle upstream connection {} for another user or database: \
+             --upstream-max-connections reached",
+            conn.process_id
+        );
+        drop(conn);
+        true
+    }
 }
 
 /// The count of open connections and who waits for one; shared with each connection so
@@ -220,13 +291,31 @@ impl Slots {
     }
 }
 
-/// Frees its pool slot when the connection closes.
-struct Slot(Rc<Slots>);
+/// Frees its pool's slot (and its host cap's) when the connection closes.
+struct Slot {
+    pool: Rc<Slots>,
+    cap: Option<Rc<Slots>>,
+}
+
+impl Slot {
+    fn take(pool: &Rc<Slots>, cap: Option<&Rc<HostCap>>) -> Slot {
+        let cap = cap.map(|c| c.slots.clone());
+        for slots in std::iter::once(pool).chain(&cap) {
+            slots.open.set(slots.open.get() + 1);
+        }
+        Slot {
+            pool: pool.clone(),
+            cap,
+        }
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.open.set(self.0.open.get() - 1);
-        self.0.wake_first_waiter();
+        for slots in std::iter::once(&self.pool).chain(&self.cap) {
+            slots.open.set(slots.open.get() - 1);
+            slots.wake_first_waiter();
+        }
     }
 }
 
@@ -327,12 +416,19 @@ impl ConnStatements {
 }
 
 impl ShardUpstream {
-    pub fn new(upstreams: &Upstreams, parameters: Arc<Vec<(String, String)>>) -> Self {
+    /// Built on shard `shard` of `shards`.
+    pub fn new(
+        upstreams: &Upstreams,
+        parameters: Arc<Vec<(String, String)>>,
+        shard: usize,
+        shards: usize,
+    ) -> Self {
         let config = &upstreams.primary;
+        let cap = upstreams.cap_on_shard(shard, shards);
         ShardUpstream {
             config: config.clone(),
             parameters,
-            primary: Pools::new(config.clone(), Host::Primary),
+            primary: Pools::new(config.clone(), Host::Primary, cap),
             login: upstreams.login,
             url_login: url_login(config),
             replica_url_logins: upstreams.replicas.iter().map(|c| url_login(c)).collect(),
@@ -340,7 +436,7 @@ impl ShardUpstream {
                 .replicas
                 .iter()
                 .enumerate()
-                .map(|(i, c)| Rc::new(Replica::new(Pools::new(c.clone(), Host::Replica(i)))))
+                .map(|(i, c)| Rc::new(Replica::new(Pools::new(c.clone(), Host::Replica(i), cap))))
                 .collect(),
             applied: upstreams.applied.clone(),
             wal: upstreams.wal,
@@ -562,13 +658,19 @@ impl ShardUpstream {
 }
 
 impl Pool {
-    fn new(config: Arc<UpstreamConfig>, host: Host, key: PoolKey) -> Pool {
+    fn new(
+        config: Arc<UpstreamConfig>,
+        host: Host,
+        key: PoolKey,
+        cap: Option<Rc<HostCap>>,
+    ) -> Pool {
         Pool {
             config,
             host,
             key,
             idle: Rc::new(RefCell::new(Vec::new())),
             slots: Rc::new(Slots::default()),
+            cap,
             reaper_started: Cell::new(false),
             credential: RefCell::new(None),
             parameters: RefCell::new(None),
@@ -628,16 +730,32 @@ impl Pool {
                 }
                 return Ok(conn);
             }
-            if self.slots.open.get() < self.config.pool_size_per_shard {
-                self.slots.open.set(self.slots.open.get() + 1);
-                let slot = Slot(self.slots.clone());
-                return self.open(slot, credential).await;
-            }
-            WaitTurn {
+            let own = WaitTurn {
                 slots: &self.slots,
                 me: None,
+            };
+            if self.slots.open.get() >= self.config.pool_size_per_shard {
+                own.await;
+                continue;
             }
-            .await;
+            match &self.cap {
+                Some(cap) if cap.full() => {
+                    if cap.close_longest_idle() {
+                        continue;
+                    }
+                    // Whichever comes first: a connection of this key given back, or a
+                    // connection of any key closed.
+                    let any = WaitTurn {
+                        slots: &cap.slots,
+                        me: None,
+                    };
+                    futures_lite::future::or(own, any).await;
+                }
+                _ => {
+                    let slot = Slot::take(&self.slots, self.cap.as_ref());
+                    return self.open(slot, credential).await;
+                }
+            }
         }
     }
 
@@ -708,6 +826,18 @@ impl Pool {
     }
 
     fn release(&self, mut conn: ServerConn) {
+        if let Some(cap) = &self.cap {
+            if !self.has_waiters() && !cap.slots.waiters.borrow().is_empty() {
+                // Clients of other keys wait for the cap and none of this key does: closing
+                // it lets one of them open a connection.
+                log::info!(
+                    "closing upstream connection {} for a client of another user or \
+                     database: --upstream-max-connections reached",
+                    conn.process_id
+                );
+                return;
+            }
+        }
         conn.buf.shrink_if_idle();
         conn.released_at = Instant::now();
         self.idle.borrow_mut().push(conn);
