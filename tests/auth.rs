@@ -723,3 +723,81 @@ fn bad_auth_files_are_one_clear_sentence() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("empty password"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where `needle` occurs in the readable memory of process `pid` (its mappings read through
+/// /proc/PID/mem; root, or the same user with ptrace allowed).
+fn occurrences_in_memory(pid: u32, needle: &[u8]) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut found = Vec::new();
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let name = fields.get(5).copied().unwrap_or("");
+        if !fields[1].starts_with('r') || name.starts_with("[v") {
+            continue;
+        }
+        let (start, end) = fields[0].split_once('-').unwrap();
+        let start = u64::from_str_radix(start, 16).unwrap();
+        let end = u64::from_str_radix(end, 16).unwrap();
+        let mut data = vec![0u8; (end - start) as usize];
+        if mem.seek(SeekFrom::Start(start)).is_err() || mem.read_exact(&mut data).is_err() {
+            continue; // a guard page or a mapping that went away
+        }
+        if let Some(at) = data.windows(needle.len()).position(|w| w == needle) {
+            found.push(format!("{:#x} in {line}", start + at as u64));
+        }
+    }
+    found
+}
+
+/// Once a client has logged in and gone, the server's memory holds neither its password nor
+/// what stands for it: PBKDF2's SaltedPassword and SCRAM's ClientKey (which, with the stored
+/// verifier, is enough to log in as the user elsewhere). The receive buffers, hashers, keys
+/// and the stack the exchange ran on are wiped. Both password methods, with psql.
+#[test]
+fn no_password_or_key_outlives_the_login() {
+    use base64::Engine as _;
+    use hmac::{KeyInit, Mac};
+    // Longer than the startup packet that stays in front of it in the receive buffer.
+    let password = "Zq7-nowhere-else-93-".repeat(8);
+    let password = password.as_str();
+    let dir = temp_dir("wiped");
+    let line = passwd("alice", password, false);
+    let users = write(&dir.join("users"), &line);
+    // alice:SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>
+    let verifier = line.trim().split_once("SCRAM-SHA-256$").unwrap().1;
+    let (iterations, rest) = verifier.split_once(':').unwrap();
+    let salt = base64::engine::general_purpose::STANDARD
+        .decode(rest.split_once('$').unwrap().0)
+        .unwrap();
+    let mut salted = [0u8; 32];
+    pbkdf2::pbkdf2_hmac::<sha2::Sha256>(
+        password.as_bytes(),
+        &salt,
+        iterations.parse().unwrap(),
+        &mut salted,
+    );
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&salted).unwrap();
+    mac.update(b"Client Key");
+    let client_key = mac.finalize().into_bytes();
+    for method in ["scram-sha-256", "password"] {
+        let rw = Ringwire::start(&["--shards", "1", "--auth", method, "--users-file", &users]);
+        let (ok, fatal) = psql(rw.port, "alice", password);
+        assert!(ok, "{method}: {fatal}");
+        std::thread::sleep(Duration::from_millis(200));
+        for (what, needle) in [
+            ("the password", password.as_bytes()),
+            // A message only partly overwritten leaves its end behind.
+            (
+                "the end of the password",
+                &password.as_bytes()[password.len() - 24..],
+            ),
+            ("the SaltedPassword", &salted[..]),
+            ("the ClientKey", &client_key[..]),
+        ] {
+            let found = occurrences_in_memory(rw.pid(), needle);
+            assert!(found.is_empty(), "{method}: {what} is still at {found:#?}");
+        }
+    }
+}

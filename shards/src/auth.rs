@@ -31,6 +31,7 @@ use protocol::backend;
 use protocol::frontend::SaslInitialResponse;
 use protocol::wire::{frame_bytes_needed, split_frame};
 use protocol::{PgError, Severity, SqlState};
+use zeroize::Zeroizing;
 
 use crate::conn::{End, ReadBuf};
 use crate::engine::Engine;
@@ -423,7 +424,7 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
 /// Method `password` against a SCRAM verifier: PBKDF2 with the verifier's iterations runs on
 /// the [`offload`] pool, so the shard's other connections keep being served meanwhile.
 /// Measured cost: see the README's Authentication section.
-async fn verify_off_executor(verifier: ScramVerifier, password: Vec<u8>) -> bool {
+async fn verify_off_executor(verifier: ScramVerifier, password: Zeroizing<Vec<u8>>) -> bool {
     let started = std::time::Instant::now();
     let result = offload::run(move || {
         let cpu_started = std::time::Instant::now();
@@ -497,7 +498,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthIo<'_, S> {
     async fn cleartext_password(
         &mut self,
         write_request: impl FnOnce(&mut Vec<u8>),
-    ) -> Result<Vec<u8>, End> {
+    ) -> Result<Zeroizing<Vec<u8>>, End> {
         write_request(self.out);
         self.send().await?;
         self.next_message(|tag, body| {
@@ -522,7 +523,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthIo<'_, S> {
                     "empty password returned by client",
                 ));
             }
-            Ok(body[..body.len() - 1].to_vec())
+            Ok(Zeroizing::new(body[..body.len() - 1].to_vec()))
         })
         .await
     }
@@ -534,7 +535,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthIo<'_, S> {
         binding: ChannelBinding,
         verifier: ScramVerifier,
         doomed: bool,
-    ) -> Result<Option<secret::Key>, End> {
+    ) -> Result<Option<Box<secret::Key>>, End> {
         backend::write_auth_sasl(self.out, binding.mechanisms());
         self.send().await?;
         let mut nonce = [0u8; SERVER_NONCE_BYTES];

@@ -74,7 +74,8 @@ impl ReadBuf {
     }
 
     /// Drop the `n` bytes that follow the first `keep` (authentication reads its messages
-    /// behind the StartupMessage, which stays at the front).
+    /// behind the StartupMessage, which stays at the front), and wipe them: they are
+    /// passwords and SCRAM proofs, and the buffer lives as long as the connection.
     pub(crate) fn remove_after(&mut self, keep: usize, n: usize) {
         assert!(
             keep + n <= self.end - self.start,
@@ -82,6 +83,7 @@ impl ReadBuf {
         );
         self.buf
             .copy_within(self.start..self.start + keep, self.start + n);
+        self.buf[self.start..self.start + n].fill(0);
         self.consume(n);
     }
 

@@ -85,6 +85,11 @@ const BUFFER_GROUP: u16 = 0;
 /// A connection's unread input above which its receive is paused (cancelled) until the
 /// connection task has consumed half of it: a client cannot make the shard buffer more.
 const INBOX_HIGH: usize = 1 << 20;
+/// The first bytes a connection receives (its startup and authentication messages: each at
+/// most 64 KiB, as PostgreSQL allows) are wiped from the receive buffer and the inbox once
+/// copied on, so no password or SCRAM proof lingers in memory the ring reuses. Later bytes
+/// are not (no memset on the steady-state path).
+const WIPE_FIRST_BYTES: usize = 192 << 10;
 /// A connection's unsent output above which its task waits before writing more: a client that
 /// stops reading stops being served, instead of growing the shard's memory.
 const OUTBOX_HIGH: usize = 1 << 20;
@@ -354,6 +359,15 @@ impl BufRing {
         Ok(ring_buf)
     }
 
+    /// Zero the first `len` bytes of buffer `bid` (before giving it back).
+    fn wipe(&self, bid: u16, len: usize) {
+        let start = bid as usize * RECV_BUFFER_BYTES;
+        for cell in &self.buffers[start..start + len.min(RECV_BUFFER_BYTES)] {
+            // SAFETY: as in `buffer`: the kernel does not write it until it is given back.
+            unsafe { *cell.get() = 0 };
+        }
+    }
+
     fn buffer(&self, bid: u16, len: usize) -> &[u8] {
         let start = bid as usize * RECV_BUFFER_BYTES;
         let cells = &self.buffers[start..start + len.min(RECV_BUFFER_BYTES)];
@@ -494,6 +508,8 @@ struct Socket {
     recv_armed: Cell<bool>,
     /// Receive paused because the inbox is full.
     recv_paused: Cell<bool>,
+    /// How many more received bytes are wiped once copied on ([`WIPE_FIRST_BYTES`]).
+    wipe_left: Cell<usize>,
     /// Replies not yet handed to the kernel.
     outbox: RefCell<Vec<u8>>,
     /// The bytes of the SEND in flight, and how many of them the kernel has taken.
@@ -925,6 +941,12 @@ impl Driver {
                 if !sock.closing.get() {
                     let mut inbox = sock.inbox.borrow_mut();
                     inbox.extend_from_slice(data);
+                    let received = data.len();
+                    let wipe = sock.wipe_left.get();
+                    if wipe > 0 {
+                        self.bufs.wipe(bid, received);
+                        sock.wipe_left.set(wipe.saturating_sub(received));
+                    }
                     if inbox.len() - sock.in_pos.get() > INBOX_HIGH
                         && sock.recv_armed.get()
                         && !sock.recv_paused.get()
@@ -1054,6 +1076,7 @@ impl Driver {
             error: Cell::new(None),
             recv_armed: Cell::new(false),
             recv_paused: Cell::new(false),
+            wipe_left: Cell::new(WIPE_FIRST_BYTES),
             outbox: RefCell::new(Vec::new()),
             sending: RefCell::new(Vec::new()),
             sent: Cell::new(0),
@@ -1444,6 +1467,9 @@ impl AsyncRead for UringStream {
             let n = buf.len().min(inbox.len() - pos);
             buf[..n].copy_from_slice(&inbox[pos..pos + n]);
             if pos + n == inbox.len() {
+                if sock.wipe_left.get() > 0 {
+                    inbox.fill(0);
+                }
                 inbox.clear();
                 sock.in_pos.set(0);
             } else {

@@ -265,7 +265,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     Credential::Scram {
                         client_key,
                         verifier,
-                    } => ScramClient::with_client_key(*client_key, verifier.clone()),
+                    } => ScramClient::with_client_key(client_key.clone(), verifier.clone()),
                     _ => return Err(cannot("a SCRAM-SHA-256 proof")),
                 };
                 frontend::encode_sasl_initial_response(

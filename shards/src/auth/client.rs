@@ -12,6 +12,8 @@ use base64::Engine as _;
 
 use std::fmt;
 
+use zeroize::Zeroize;
+
 use super::secret::{
     constant_time_eq, hex, hmac, md5_parts, salted_password, sha256, Key, ScramVerifier,
     SCRAM_KEY_BYTES,
@@ -21,7 +23,7 @@ use crate::shard::fill_random;
 /// What ringwire holds to answer an upstream server's password request as one client's user.
 /// Lives in that client's session (and, once it logged in, in the shard's pool for that user,
 /// for connections opened later): never written anywhere, never logged (`Debug` names only
-/// the kind).
+/// the kind), and wiped from memory when dropped (each clone wipes its own copy).
 #[derive(Clone, Default)]
 pub enum Credential {
     /// Nothing: only an upstream that trusts the user lets ringwire in.
@@ -37,9 +39,21 @@ pub enum Credential {
     /// ClientProof XOR HMAC(StoredKey, AuthMessage). With the verifier's salt and iterations
     /// it answers the upstream's SCRAM exchange, if the upstream holds the same verifier.
     Scram {
-        client_key: [u8; SCRAM_KEY_BYTES],
+        /// Boxed: a move of the credential copies no key bytes.
+        client_key: Box<[u8; SCRAM_KEY_BYTES]>,
         verifier: ScramVerifier,
     },
+}
+
+impl Drop for Credential {
+    fn drop(&mut self) {
+        match self {
+            Credential::None => {}
+            Credential::Cleartext(password) => password.zeroize(),
+            Credential::Md5(hash) => hash.zeroize(),
+            Credential::Scram { client_key, .. } => client_key.zeroize(),
+        }
+    }
 }
 
 impl Credential {
@@ -72,12 +86,22 @@ pub fn md5_response_from_hash(hash: &[u8; 16], salt: [u8; 4]) -> String {
 }
 
 /// What a SCRAM client proves with: the password, or a ClientKey and the verifier it goes with.
+/// Wiped when the exchange is dropped.
 enum ScramSecret {
     Password(String),
     ClientKey {
-        client_key: Key,
+        client_key: Box<Key>,
         verifier: ScramVerifier,
     },
+}
+
+impl Drop for ScramSecret {
+    fn drop(&mut self) {
+        match self {
+            ScramSecret::Password(password) => password.zeroize(),
+            ScramSecret::ClientKey { client_key, .. } => client_key.zeroize(),
+        }
+    }
 }
 
 /// One SCRAM-SHA-256 exchange in progress.
@@ -101,7 +125,10 @@ impl ScramClient {
     /// `verifier`. The server must use the same salt and iteration count (else
     /// [`ScramClient::server_first`] fails saying so); if its keys differ too, it refuses the
     /// proof.
-    pub fn with_client_key(client_key: [u8; SCRAM_KEY_BYTES], verifier: ScramVerifier) -> Self {
+    pub fn with_client_key(
+        client_key: Box<[u8; SCRAM_KEY_BYTES]>,
+        verifier: ScramVerifier,
+    ) -> Self {
         ScramClient::with_secret(ScramSecret::ClientKey {
             client_key,
             verifier,
@@ -154,15 +181,13 @@ impl ScramClient {
         if iterations == 0 {
             return Err("the server asked for 0 iterations".into());
         }
-        let (client_key, stored_key, server_key) = match &self.secret {
+        let (mut client_key, stored_key, server_key) = match &self.secret {
             ScramSecret::Password(password) => {
-                let salted = salted_password(password.as_bytes(), &salt, iterations);
+                let mut salted = salted_password(password.as_bytes(), &salt, iterations);
                 let client_key = hmac(&salted, b"Client Key");
-                (
-                    client_key,
-                    sha256(&client_key),
-                    hmac(&salted, b"Server Key"),
-                )
+                let server_key = hmac(&salted, b"Server Key");
+                salted.zeroize();
+                (client_key, sha256(&client_key), server_key)
             }
             ScramSecret::ClientKey {
                 client_key,
@@ -181,7 +206,7 @@ impl ScramClient {
                         }
                     ));
                 }
-                (*client_key, verifier.stored_key, verifier.server_key)
+                (**client_key, verifier.stored_key, verifier.server_key)
             }
         };
         // c=biws is base64("n,,"): no channel binding.
@@ -193,6 +218,7 @@ impl ScramClient {
             .zip(signature.iter())
             .map(|(k, s)| k ^ s)
             .collect();
+        client_key.zeroize();
         self.expected_server_signature = Some(hmac(&server_key, auth_message.as_bytes()));
         Ok(format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes())
     }
@@ -260,7 +286,7 @@ mod tests {
         let salt = BASE64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
         let verifier = ScramVerifier::from_password("pencil", &salt, 4096);
         let client_key = hmac(&salted_password(b"pencil", &salt, 4096), b"Client Key");
-        let mut c = ScramClient::with_client_key(client_key, verifier.clone());
+        let mut c = ScramClient::with_client_key(Box::new(client_key), verifier.clone());
         c.nonce = "rOprNGfwEbeRWgbNEkqO".into();
         c.client_first_bare = "n=user,r=rOprNGfwEbeRWgbNEkqO".into();
         let server_first =
@@ -272,13 +298,13 @@ mod tests {
         );
         c.server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
             .unwrap();
-        let mut other = ScramClient::with_client_key(client_key, verifier.clone());
+        let mut other = ScramClient::with_client_key(Box::new(client_key), verifier.clone());
         other.nonce = "rOprNGfwEbeRWgbNEkqO".into();
         let e = other
             .server_first(b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=8192")
             .unwrap_err();
         assert!(e.contains("pg_authid"), "{e}");
-        let mut other = ScramClient::with_client_key(client_key, verifier);
+        let mut other = ScramClient::with_client_key(Box::new(client_key), verifier);
         other.nonce = "rOprNGfwEbeRWgbNEkqO".into();
         assert!(other
             .server_first(b"r=rOprNGfwEbeRWgbNEkqOxyz,s=AAAAAAAAAAAAAAAAAAAAAA==,i=4096")

@@ -222,7 +222,12 @@ impl ScramServer {
 
     /// [`ScramServer::finish`], and on success the client's ClientKey, recovered from its
     /// proof (the key upstream mode logs in with; see `client::Credential::Scram`).
-    pub fn finish_with_key(self, client_final: &[u8]) -> Result<(Outcome, Option<Key>), PgError> {
+    /// The key is boxed where it is computed, so moving it moves a pointer and leaves no
+    /// copies of the key behind.
+    pub fn finish_with_key(
+        self,
+        client_final: &[u8],
+    ) -> Result<(Outcome, Option<Box<Key>>), PgError> {
         check_message(client_final)?;
         let mut p = Parser(client_final);
         let binding = p.attr_value(b'c')?;
@@ -281,12 +286,13 @@ impl ScramServer {
         // ClientKey = ClientProof XOR HMAC(StoredKey, AuthMessage); valid if H(ClientKey) is
         // StoredKey. Computed for doomed exchanges too, so they take the same time.
         let signature = hmac(&self.verifier.stored_key, &auth_message);
-        let mut client_key = [0u8; SCRAM_KEY_BYTES];
+        let mut client_key = Box::new([0u8; SCRAM_KEY_BYTES]);
         for (k, (p, s)) in client_key.iter_mut().zip(proof.iter().zip(signature)) {
             *k = p ^ s;
         }
-        let proof_ok = constant_time_eq(&sha256(&client_key), &self.verifier.stored_key);
+        let proof_ok = constant_time_eq(&sha256(&client_key[..]), &self.verifier.stored_key);
         if !proof_ok || self.doomed {
+            zeroize::Zeroize::zeroize(&mut client_key[..]);
             return Ok((Outcome::Failed, None));
         }
         let server_signature = hmac(&self.verifier.server_key, &auth_message);

@@ -36,12 +36,30 @@ pub struct ScramVerifier {
     pub server_key: Key,
 }
 
+/// The keys are wiped when a verifier is dropped (a reload replaces the users file's): with a
+/// client's proof, StoredKey gives its ClientKey, and ServerKey lets a server pass as this one.
+impl Drop for ScramVerifier {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.stored_key);
+        zeroize::Zeroize::zeroize(&mut self.server_key);
+    }
+}
+
 /// A user's stored secret.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Secret {
     Scram(ScramVerifier),
     /// md5(password ‖ user name): the 16 raw bytes of the digest.
     Md5([u8; 16]),
+}
+
+/// An md5 hash is all an md5 login needs: wiped when dropped.
+impl Drop for Secret {
+    fn drop(&mut self) {
+        if let Secret::Md5(hash) = self {
+            zeroize::Zeroize::zeroize(hash);
+        }
+    }
 }
 
 impl Secret {
