@@ -6,7 +6,8 @@
 //! borrows a connection for a transaction (or for a batch of autocommit statements) and gives
 //! it back on ReadyForQuery `I` with nothing outstanding. At most `pool_size_per_shard` are
 //! open per key per host (PgBouncer's `pool_size`); a client that finds none free waits for
-//! one of its key to come back. Connections idle longer than the idle timeout are closed
+//! one of its key to come back (with `--upstream-max-connections`, also for a slot of the
+//! host's share; see [`HostCap`]). Connections idle longer than the idle timeout are closed
 //! (so a key nobody uses any more holds none). Statement names are per shard, shared by all
 //! its pools (each connection knows which it has prepared).
 
@@ -210,9 +211,10 @@ pub struct Pool {
 }
 
 /// A shard's share of `--upstream-max-connections` for one host: every key's connections
-/// count against `limit`. A key that needs a connection when the share is used closes the
-/// connection idle longest of another key; if none is idle, it waits, and the next
-/// connection given back by a key nobody of that key waits for is closed to free the slot.
+/// count against `limit`. A key that needs a connection when the share is used (and has none
+/// idle itself) closes the connection idle longest over all keys; if none is idle, it waits,
+/// and the next connection given back by a key none of whose clients waits is closed to free
+/// the slot.
 struct HostCap {
     limit: usize,
     /// Open connections to the host over every key, and clients waiting for the cap.
