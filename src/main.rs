@@ -146,8 +146,8 @@ struct Cli {
     upstream_pool_size: usize,
 
     /// Upstream mode: most connections to each upstream host (the primary, and each
-    /// replica) over every user, database and shard, so the upstream's `max_connections` is
-    /// never reached (PgBouncer's `max_db_connections`, over all databases). Each shard owns
+    /// replica) over every user, database and shard, to keep ringwire under the upstream's
+    /// `max_connections` (PgBouncer's `max_db_connections`, over all databases). Each shard owns
     /// an equal share. A key that needs a connection when the share is used closes another
     /// key's longest-idle one, or waits. 0: no cap but `--upstream-pool-size` per key.
     #[arg(long, value_name = "N", default_value_t = 0)]

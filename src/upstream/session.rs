@@ -719,7 +719,7 @@ impl Session {
     /// A primary connection (or a share of a pipelined one) for this batch. If none can be
     /// had, the batch is answered here and the result is false: with 08006 when the upstream
     /// could not be reached, else with the error its login gave (53300 when its
-    /// `max_connections` are taken, 28P01 after a password change upstream). Class 08 would
+    /// `max_connections` are taken, class 28 after a password change upstream). Class 08 would
     /// tell drivers and pools (pgjdbc, HikariCP) that this client's connection is broken,
     /// which it is not.
     async fn acquire_primary(
