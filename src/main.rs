@@ -171,6 +171,14 @@ struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     upstream_idle_timeout_secs: u64,
 
+    /// Upstream mode: a statement that has waited this long for an upstream connection (all
+    /// of its user and database's `--upstream-pool-size` busy, or the host at
+    /// `--upstream-max-connections`) fails with 53300 and never runs; the client stays
+    /// connected (PgBouncer's `query_wait_timeout`, which disconnects). A login waits as long,
+    /// then gets the same as a FATAL. 0: wait as long as it takes.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    upstream_wait_timeout_secs: u64,
+
     /// Upstream mode: pipeline independent autocommit statements of different clients (same
     /// settings) onto one upstream connection, each with its own Sync; see
     /// docs/ARCHITECTURE.md, "Pipelining several clients onto one connection", including the
@@ -513,6 +521,7 @@ fn main() -> ExitCode {
             PoolTimers {
                 check_delay: std::time::Duration::from_secs(cli.upstream_check_delay_secs),
                 idle_timeout: std::time::Duration::from_secs(cli.upstream_idle_timeout_secs),
+                wait_timeout: std::time::Duration::from_secs(cli.upstream_wait_timeout_secs),
                 ..PoolTimers::default()
             },
             cli.upstream_max_connections,

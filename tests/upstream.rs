@@ -201,6 +201,110 @@ async fn a_transaction_pins_its_connection_until_it_ends() {
     assert_eq!(pid_b, pid_in_tx);
 }
 
+/// B's `insert` waits for the only upstream connection, which A's transaction holds, until
+/// it fails (cancelled by `token` when `cancel`); the error and how long it took.
+async fn blocked(
+    b: Client,
+    token: &tokio_postgres::CancelToken,
+    cancel: bool,
+) -> (tokio_postgres::Error, Duration, Client) {
+    let started = Instant::now();
+    let mut waiter = tokio::spawn(async move {
+        let result = b.batch_execute("insert into t values (2)").await;
+        (result, b)
+    });
+    let (result, b) = if cancel {
+        // A cancel that reaches ringwire before the statement does is dropped (it was for
+        // no statement), so cancel until it ends, as a user would.
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            token.cancel_query(NoTls).await.unwrap();
+            if let Ok(done) = tokio::time::timeout(Duration::from_millis(500), &mut waiter).await {
+                break done.unwrap();
+            }
+        }
+    } else {
+        tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("the wait did not end")
+            .unwrap()
+    };
+    match result {
+        Ok(()) => panic!("B ran while A's transaction held the only connection"),
+        Err(e) => (e, started.elapsed(), b),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_waiting_for_a_busy_pool_times_out_or_is_cancelled_and_its_client_goes_on() {
+    let pg = Postgres::start();
+    let url = pg.url();
+    let rw = Ringwire::start(&[
+        "--shards",
+        "1",
+        "--upstream",
+        &url,
+        "--upstream-pool-size",
+        "1",
+        "--upstream-wait-timeout-secs",
+        "2",
+    ]);
+    let a = connect(&rw).await;
+    let mut b = connect(&rw).await;
+    let token = b.cancel_token();
+    a.batch_execute("create table t (x int)").await.unwrap();
+    a.batch_execute("begin; insert into t values (1)")
+        .await
+        .unwrap();
+    // A cancel sent while B is idle is for no statement: B's next wait ends at the timeout.
+    token.cancel_query(NoTls).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for round in 0..2 {
+        let (err, waited, back) = blocked(b, &token, false).await;
+        b = back;
+        let db = err.as_db_error().expect("an ErrorResponse");
+        assert_eq!(
+            db.code(),
+            &SqlState::TOO_MANY_CONNECTIONS,
+            "round {round}: {err}"
+        );
+        assert_eq!(
+            db.message(),
+            "timed out after 2 s waiting for an upstream connection"
+        );
+        let detail = db.detail().unwrap_or_default();
+        assert!(
+            detail.contains("All 1 of this shard's connections")
+                && detail.contains("(--upstream-pool-size)")
+                && detail.contains("never ran"),
+            "{detail}"
+        );
+        assert!(waited >= Duration::from_secs(2), "{waited:?}");
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+    }
+    // The extended protocol too: the error, then ReadyForQuery at the Sync.
+    let started = Instant::now();
+    let err = b.query("select $1::int", &[&5i32]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::TOO_MANY_CONNECTIONS), "{err}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    // A cancel while B waits ends its statement before the timeout, as PostgreSQL's own
+    // cancel would.
+    let (err, waited, back) = blocked(b, &token, true).await;
+    b = back;
+    let db = err.as_db_error().expect("an ErrorResponse");
+    assert_eq!(db.code(), &SqlState::QUERY_CANCELED, "{err}");
+    assert_eq!(db.message(), "canceling statement due to user request");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    // None of B's inserts ran upstream, and B goes on once A's transaction ends.
+    a.batch_execute("commit").await.unwrap();
+    assert_eq!(
+        first_value(&b.simple_query("select count(*) from t").await.unwrap()),
+        "1"
+    );
+    let row = b.query_one("select $1::int + 1", &[&5i32]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 6);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_vanishes_mid_transaction_is_rolled_back_upstream() {
     let pg = Postgres::start();

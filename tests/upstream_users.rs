@@ -569,6 +569,65 @@ async fn the_connection_cap_holds_over_every_user() {
     settles_at(all, "2");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_or_statement_waiting_on_a_full_cap_times_out() {
+    let s = Setup::new();
+    let rw = s.ringwire(
+        HBA_MD5,
+        &[
+            "--shards",
+            "1",
+            "--upstream-max-connections",
+            "2",
+            "--upstream-wait-timeout-secs",
+            "1",
+        ],
+    );
+    let alice = connect(&rw, "alice", "alice-pw", "postgres").await;
+    let carol = connect(&rw, "carol", "carol-pw", "postgres").await;
+    carol.batch_execute("select 1").await.unwrap();
+    alice.batch_execute("begin; select 1").await.unwrap();
+    let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
+    bob.batch_execute("begin; select 1").await.unwrap();
+    // Both connections the cap allows are in transactions (carol's went to bob): carol's
+    // statement waits for one, and a new user's login too, until the wait timeout.
+    let started = Instant::now();
+    let err = carol.batch_execute("select 1").await.unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(code(&err), "53300", "{err}");
+    assert_eq!(
+        msg(&err),
+        "timed out after 1 s waiting for an upstream connection"
+    );
+    let detail = err
+        .as_db_error()
+        .and_then(|d| d.detail())
+        .unwrap_or_default();
+    assert!(
+        detail.contains("All 2 of this shard's connections")
+            && detail.contains("(--upstream-max-connections)"),
+        "{detail}"
+    );
+    assert!(
+        (Duration::from_secs(1)..Duration::from_secs(10)).contains(&waited),
+        "{waited:?}"
+    );
+    let started = Instant::now();
+    let err = refused(try_connect(&rw, "dave", "", "postgres").await);
+    assert_eq!(code(&err), "53300", "{err}");
+    assert_eq!(
+        msg(&err),
+        "timed out after 1 s waiting for an upstream connection"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    // Once a transaction ends, both go on.
+    alice.batch_execute("commit").await.unwrap();
+    assert_eq!(identity(&carol).await, ids("carol", "postgres"));
+    bob.batch_execute("commit").await.unwrap();
+    let dave = connect(&rw, "dave", "", "postgres").await;
+    assert_eq!(identity(&dave).await, ids("dave", "postgres"));
+}
+
 #[test]
 fn a_connection_cap_below_the_shard_count_is_a_startup_error() {
     let s = Setup::new();

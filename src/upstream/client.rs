@@ -149,19 +149,37 @@ pub fn url_credential(config: &UpstreamConfig) -> Credential {
 pub struct LoginError {
     pub code: SqlState,
     pub message: String,
+    /// Set on the errors ringwire makes itself while a client waits for a connection (its
+    /// statement was cancelled, or the wait timed out): nothing was asked of the server.
+    /// `None` on the server's refusals and on 08006.
+    pub detail: Option<String>,
 }
 
 impl LoginError {
     fn broken(message: String) -> LoginError {
         LoginError {
+            detail: None,
             code: SqlState::CONNECTION_FAILURE,
             message,
         }
     }
 
+    /// As the ERROR a statement that could not get a connection ends with.
+    pub fn to_error(&self) -> PgError {
+        let error = PgError::new(self.code, self.message.clone());
+        match &self.detail {
+            Some(detail) => error.with_detail(detail.clone()),
+            None => error,
+        }
+    }
+
     /// As the FATAL a client gets at its own login.
     pub fn to_fatal(&self) -> PgError {
-        PgError::fatal(self.code, self.message.clone())
+        let fatal = PgError::fatal(self.code, self.message.clone());
+        match &self.detail {
+            Some(detail) => fatal.with_detail(detail.clone()),
+            None => fatal,
+        }
     }
 }
 
@@ -219,6 +237,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
     let mut scram: Option<ScramClient> = None;
     let user = who.user;
     let cannot = |asked: &str| LoginError {
+        detail: None,
         code: SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
         message: format!(
             "the upstream server {address} asks for {asked} for user \"{user}\", and ringwire \
@@ -280,6 +299,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     .as_mut()
                     .ok_or_else(|| broken("SASLContinue before SASL".into()))?;
                 let reply = client.server_first(data).map_err(|e| LoginError {
+                    detail: None,
                     code: SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
                     message: format!("{address}, user \"{user}\": {e}"),
                 })?;
@@ -314,6 +334,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     .map(SqlState)
                     .unwrap_or(SqlState::CONNECTION_FAILURE);
                 return Err(LoginError {
+                    detail: None,
                     code,
                     message: fields.message().to_string(),
                 });

@@ -59,21 +59,26 @@ pub struct UpstreamConfig {
 /// `server_idle_timeout`): a connection idle at least `check_delay` gets a round trip (an
 /// empty Query) before a client gets it, and one that does not answer within
 /// `check_timeout` is replaced without the client seeing it; one idle `idle_timeout` is
-/// closed (zero: never).
+/// closed (zero: never). A client that waits `wait_timeout` for a connection (its key's pool
+/// or the host's cap is full) gets 53300 instead (PgBouncer's `query_wait_timeout`; zero:
+/// it waits as long as it takes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolTimers {
     pub check_delay: Duration,
     pub check_timeout: Duration,
     pub idle_timeout: Duration,
+    pub wait_timeout: Duration,
 }
 
 impl Default for PoolTimers {
-    /// PgBouncer's defaults for the delay (30 s) and the idle timeout (10 min).
+    /// PgBouncer's defaults for the delay (30 s), the idle timeout (10 min) and the wait
+    /// timeout (2 min).
     fn default() -> Self {
         PoolTimers {
             check_delay: Duration::from_secs(30),
             check_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(600),
+            wait_timeout: Duration::from_secs(120),
         }
     }
 }

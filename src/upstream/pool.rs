@@ -26,6 +26,7 @@ use protocol::frontend;
 
 use shards::auth::Credential;
 use shards::connect::{connect, ShardStream};
+use shards::engine::{query_canceled, CancelToken};
 
 use super::client::{login, Login, LoginError, ReplyBuf};
 use super::pipe::{Lease, Pipe};
@@ -476,6 +477,7 @@ impl ShardUpstream {
         pool: &Rc<Pool>,
         settings: u64,
         credential: &Rc<Credential>,
+        cancel: Option<&CancelToken>,
         usable: impl Fn(&ConnStatements) -> bool,
     ) -> Result<Result<Rc<Pipe>, ServerConn>, LoginError> {
         let found = self
@@ -487,7 +489,7 @@ impl ShardUpstream {
         if let Some(pipe) = found {
             return Ok(Ok(pipe));
         }
-        let conn = pool.acquire(settings, credential).await?;
+        let conn = pool.acquire(settings, credential, cancel).await?;
         if conn.settings != settings {
             return Ok(Err(conn));
         }
@@ -687,13 +689,16 @@ impl Pool {
     /// Query within the check timeout first (a host gone without a FIN, a backend that hangs),
     /// else it is closed and the next is tried: the client never sees the failure. A new
     /// connection logs in with `credential`, or (if that is none) with the one the pool's last
-    /// successful login used.
+    /// successful login used. Waiting ends with an error when it has lasted the wait timeout
+    /// (53300) or the client's statement is cancelled (57014); then nothing was sent.
     pub async fn acquire(
         self: &Rc<Self>,
         settings: u64,
         credential: &Rc<Credential>,
+        cancel: Option<&CancelToken>,
     ) -> Result<ServerConn, LoginError> {
         let timers = self.config.timers;
+        let mut waiting_since = None;
         loop {
             let found = {
                 let mut idle = self.idle.borrow_mut();
@@ -737,7 +742,7 @@ impl Pool {
                 me: None,
             };
             if self.slots.open.get() >= self.config.pool_size_per_shard {
-                own.await;
+                self.wait(own, &mut waiting_since, cancel).await?;
                 continue;
             }
             match &self.cap {
@@ -751,7 +756,8 @@ impl Pool {
                         slots: &cap.slots,
                         me: None,
                     };
-                    futures_lite::future::or(own, any).await;
+                    let turn = futures_lite::future::or(own, any);
+                    self.wait(turn, &mut waiting_since, cancel).await?;
                 }
                 _ => {
                     let slot = Slot::take(&self.slots, self.cap.as_ref());
@@ -759,6 +765,65 @@ impl Pool {
                 }
             }
         }
+    }
+
+    /// Wait for `turn`, unless the wait that started at `since` (now, on the first call)
+    /// reaches the wait timeout or `cancel` fires first.
+    async fn wait(
+        &self,
+        turn: impl Future<Output = ()>,
+        since: &mut Option<Instant>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<(), LoginError> {
+        let since = *since.get_or_insert_with(Instant::now);
+        let limit = self.config.timers.wait_timeout;
+        let never_ran = "The statement was waiting for an upstream connection and never ran.";
+        let timed_out = async {
+            if limit.is_zero() {
+                std::future::pending::<()>().await;
+            }
+            shards::time::sleep(limit.saturating_sub(since.elapsed())).await;
+            let busy = match &self.cap {
+                Some(cap) if cap.full() => format!(
+                    "All {} of this shard's connections to {} (--upstream-max-connections) \
+                     were in use.",
+                    cap.limit, self.config.address
+                ),
+                _ => format!(
+                    "All {} of this shard's connections to {} for user \"{}\", database \
+                     \"{}\" (--upstream-pool-size) were in use.",
+                    self.config.pool_size_per_shard,
+                    self.config.address,
+                    self.key.user,
+                    self.key.database
+                ),
+            };
+            Err(LoginError {
+                code: protocol::SqlState::TOO_MANY_CONNECTIONS,
+                message: format!(
+                    "timed out after {} s waiting for an upstream connection",
+                    limit.as_secs_f64()
+                ),
+                detail: Some(format!("{busy} {never_ran}")),
+            })
+        };
+        let cancelled = async {
+            match cancel {
+                Some(cancel) => cancel.cancelled().await,
+                None => std::future::pending::<()>().await,
+            }
+            let e = query_canceled();
+            Err(LoginError {
+                code: e.code,
+                message: e.message.into(),
+                detail: Some(never_ran.into()),
+            })
+        };
+        let turn = async {
+            turn.await;
+            Ok(())
+        };
+        futures_lite::future::or(turn, futures_lite::future::or(timed_out, cancelled)).await
     }
 
     async fn open(
@@ -776,6 +841,7 @@ impl Pool {
             let mut stream = connect(&self.config.address)
                 .await
                 .map_err(|e| LoginError {
+                    detail: None,
                     code: protocol::SqlState::CONNECTION_FAILURE,
                     message: format!("cannot connect to {}: {e}", self.config.address),
                 })?;
@@ -800,6 +866,7 @@ impl Pool {
                 })
                 .await
                 .map_err(|message| LoginError {
+                    detail: None,
                     code: protocol::SqlState::CONNECTION_FAILURE,
                     message,
                 })?

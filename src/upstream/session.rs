@@ -425,7 +425,7 @@ impl Session {
         if self.primary.parameters.borrow().is_none() {
             let conn = self
                 .primary
-                .acquire(self.settings, &self.credential)
+                .acquire(self.settings, &self.credential, None)
                 .await
                 .map_err(|e| {
                     log::info!(
@@ -606,8 +606,15 @@ impl Session {
             }
         }
         if self.server.is_none() {
+            // Nothing of this client runs upstream: a cancel that came before this batch was
+            // for no statement (PostgreSQL ignores those); one that comes while the batch
+            // waits for a connection ends it.
+            cancel.reset();
             if let Some((i, each_statement, part)) = self.pick_replica_tx(frames).await {
-                match self.take_connection(Host::Replica(i), None).await {
+                match self
+                    .take_connection(Host::Replica(i), None, Some(cancel))
+                    .await
+                {
                     Ok(()) => {
                         self.replica_tx = Some(ReplicaTx {
                             replica: i,
@@ -618,6 +625,10 @@ impl Session {
                         frames = &frames[..part];
                         replica = Some(i);
                     }
+                    Err(e) if e.detail.is_some() => {
+                        self.fail_locally(frames, out, e.to_error());
+                        return Ok(frames.len());
+                    }
                     Err(e) => self.replica_unusable(i, e),
                 }
             }
@@ -626,15 +637,22 @@ impl Session {
             replica = self.pick_replica(frames).await;
             let unit = self.pipelinable(frames);
             if let Some(i) = replica {
-                match self.take_connection(Host::Replica(i), unit).await {
+                match self
+                    .take_connection(Host::Replica(i), unit, Some(cancel))
+                    .await
+                {
                     Ok(()) => Counters::bump(&self.shard.counters.replica_reads),
+                    Err(e) if e.detail.is_some() => {
+                        self.fail_locally(frames, out, e.to_error());
+                        return Ok(frames.len());
+                    }
                     Err(e) => {
                         self.replica_unusable(i, e);
                         replica = None;
                     }
                 }
             }
-            if self.server.is_none() && !self.acquire_primary(frames, unit, out).await {
+            if self.server.is_none() && !self.acquire_primary(frames, unit, cancel, out).await {
                 return Ok(frames.len());
             }
         }
@@ -673,7 +691,7 @@ impl Session {
             // named like a built-in): on the primary it commits, so learn its position.
             self.wrote = !self.shard.replicas.is_empty();
             let unit = self.pipelinable(frames);
-            if !self.acquire_primary(frames, unit, out).await {
+            if !self.acquire_primary(frames, unit, cancel, out).await {
                 return Ok(frames.len());
             }
             // Its statements were counted on the replica.
@@ -719,20 +737,27 @@ impl Session {
     /// A primary connection (or a share of a pipelined one) for this batch. If none can be
     /// had, the batch is answered here and the result is false: with 08006 when the upstream
     /// could not be reached, else with the error its login gave (53300 when its
-    /// `max_connections` are taken, class 28 after a password change upstream). Class 08 would
-    /// tell drivers and pools (pgjdbc, HikariCP) that this client's connection is broken,
-    /// which it is not.
+    /// `max_connections` are taken, class 28 after a password change upstream), or the one the
+    /// wait for a busy pool ended with (53300 at the wait timeout, 57014 when cancelled).
+    /// Class 08 would tell drivers and pools (pgjdbc, HikariCP) that this client's connection
+    /// is broken, which it is not.
     async fn acquire_primary(
         &mut self,
         frames: &[u8],
         unit: Option<UnitNeeds>,
+        cancel: &CancelToken,
         out: &mut Vec<u8>,
     ) -> bool {
-        match self.take_connection(Host::Primary, unit).await {
+        match self
+            .take_connection(Host::Primary, unit, Some(cancel))
+            .await
+        {
             Ok(()) => true,
             Err(e) => {
                 log::warn!("upstream: {}", e.message);
-                let err = if e.code == SqlState::CONNECTION_FAILURE {
+                let err = if e.detail.is_some() {
+                    e.to_error()
+                } else if e.code == SqlState::CONNECTION_FAILURE {
                     lost(&e.message)
                 } else {
                     PgError::new(e.code, e.message).with_detail(
@@ -789,6 +814,7 @@ impl Session {
         &mut self,
         host: Host,
         unit: Option<UnitNeeds>,
+        cancel: Option<&CancelToken>,
     ) -> Result<(), LoginError> {
         let (pool, credential) = self.login_for(host);
         let server = match unit {
@@ -801,7 +827,7 @@ impl Session {
                 };
                 match self
                     .shard
-                    .pipe_for(&pool, self.settings, &credential, usable)
+                    .pipe_for(&pool, self.settings, &credential, cancel, usable)
                     .await?
                 {
                     Ok(pipe) => {
@@ -815,7 +841,7 @@ impl Session {
                     }
                 }
             }
-            None => pool.acquire(self.settings, &credential).await?,
+            None => pool.acquire(self.settings, &credential, cancel).await?,
         };
         self.server = Some(server);
         Ok(())
