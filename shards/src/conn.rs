@@ -735,8 +735,13 @@ impl<E: Engine> Conn<E> {
                 let cancel = &self.cancel;
                 let client = ClientOut::new(stream, Some(&self.shard.metrics));
                 let mut cx = cx!(self, out, Some(client));
-                let query = engine.simple_query(&mut cx, sql);
-                match limits::with_statement_timeout(query, timeout_ms, cancel).await {
+                // Pinned here and passed by reference: the engine's future is kilobytes, and
+                // moving it into the timeout wrapper's state cost a memcpy of it per query.
+                let result = {
+                    let query = std::pin::pin!(engine.simple_query(&mut cx, sql));
+                    limits::with_statement_timeout(query, timeout_ms, cancel).await
+                };
+                match result {
                     // COPY FROM STDIN: ReadyForQuery waits until the data is in.
                     Ok(()) if self.copy_in_started => {
                         self.copy_in_started = false;
@@ -823,8 +828,11 @@ impl<E: Engine> Conn<E> {
                     copy_in: &mut self.copy_in_started,
                     client: Some(ClientOut::new(stream, Some(&self.shard.metrics))),
                 };
-                let execution = engine.execute(&mut cx, p, max_rows);
-                match limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await {
+                let result = {
+                    let execution = std::pin::pin!(engine.execute(&mut cx, p, max_rows));
+                    limits::with_statement_timeout(execution, timeout_ms, &self.cancel).await
+                };
+                match result {
                     Ok(Execution::Complete) => {}
                     Ok(Execution::Suspended) => backend::write_portal_suspended(out),
                     Err(e) if e.severity == Severity::Fatal => return Err(e),
