@@ -383,7 +383,7 @@ fn upstream_config(
             let (insert, wal) = WalGeometry::parse_insert_position(&text).ok_or_else(|| {
                 format!(
                     "--upstream {}: cannot read its WAL position from {text:?}",
-                    config.address
+                    config.hosts_text()
                 )
             })?;
             (wal.end_of_wal(insert), wal)
@@ -394,6 +394,12 @@ fn upstream_config(
         let mut replica =
             UpstreamConfig::parse_url(url, pool_size).map_err(|e| format!("--replica {e}"))?;
         replica.timers = timers;
+        if !replica.more_hosts.is_empty() || replica.read_write {
+            return Err(format!(
+                "--replica {url:?}: a replica URL names one host (give each replica its own \
+                 --replica) and no target_session_attrs"
+            ));
+        }
         match ringwire::upstream::client::probe(&replica, Some("SELECT pg_is_in_recovery()")) {
             Ok((_, Some(r))) if r == "t" => {}
             Ok(_) => {
@@ -603,7 +609,7 @@ fn main() -> ExitCode {
         Some((upstream, parameters)) => {
             log::info!(
                 "upstream mode: relaying to {}, replicas {:?}",
-                upstream.primary.address,
+                upstream.primary.hosts_text(),
                 upstream
                     .replicas
                     .iter()

@@ -873,6 +873,116 @@ async fn a_replica_dying_mid_transaction_fails_it_with_08006_and_keeps_the_clien
     drop(standby);
 }
 
+/// The SQLSTATE and message of a statement that must fail.
+async fn failure(client: &Client, sql: &str) -> (String, String) {
+    match client.batch_execute(sql).await {
+        Ok(()) => panic!("{sql} succeeded"),
+        Err(e) => match e.as_db_error() {
+            Some(db) => (db.code().code().to_string(), db.message().to_string()),
+            None => (String::new(), e.to_string()),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_follow_the_primary_to_a_promoted_standby() {
+    let mut primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    // Both hosts in the --upstream URL (libpq's multi-host syntax), the standby first:
+    // ringwire takes the one that is not in recovery.
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres",
+        standby.port, primary.port
+    );
+    let rw = Ringwire::start(&[
+        "--shards",
+        "2",
+        "--upstream",
+        &url,
+        "--upstream-pool-size",
+        "2",
+    ]);
+    let clients = [connect(&rw).await, connect(&rw).await, connect(&rw).await];
+    let c = &clients[0];
+    c.batch_execute("create table kv (k int primary key, v bigint); insert into kv values (1, 1)")
+        .await
+        .unwrap();
+    for client in &clients {
+        assert_eq!(
+            row(client, "select v, pg_is_in_recovery() from kv").await,
+            ["1", "f"]
+        );
+    }
+    // A URL whose only host takes no writes is a startup error when writes are asked for.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringwire"))
+        .args(["--listen", "127.0.0.1:0", "--upstream"])
+        .arg(format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?target_session_attrs=read-write",
+            standby.port
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no upstream host takes writes") && stderr.contains("in hot standby"),
+        "{stderr}"
+    );
+    // A cancel reaches the backend on the host the statement runs on.
+    let sleeper = connect(&rw).await;
+    let token = sleeper.cancel_token();
+    let mut sleeping =
+        tokio::spawn(async move { sleeper.batch_execute("select pg_sleep(30)").await });
+    let err = loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        token.cancel_query(NoTls).await.unwrap();
+        if let Ok(done) = tokio::time::timeout(Duration::from_millis(700), &mut sleeping).await {
+            break done.unwrap().expect_err("pg_sleep(30) was not cancelled");
+        }
+    };
+    assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
+    // The standby has the row before the primary goes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while standby.query_value("select count(*) from kv") != "1" {
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not replay the row"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    primary = tokio::task::spawn_blocking(move || {
+        primary.kill();
+        primary
+    })
+    .await
+    .unwrap();
+    // No host takes writes: statements fail with 08006 and the clients stay connected.
+    for client in &clients {
+        let (code, message) = failure(client, "update kv set v = 2 where k = 1").await;
+        assert_eq!(code, "08006", "{message}");
+        assert!(
+            message.contains(&format!("127.0.0.1:{}: in hot standby", standby.port)),
+            "{message}"
+        );
+    }
+    standby.promote();
+    // Every client goes on against the new primary, with what the old one committed.
+    for (i, client) in clients.iter().enumerate() {
+        client
+            .batch_execute(&format!("update kv set v = v + {i} where k = 1"))
+            .await
+            .unwrap_or_else(|e| panic!("client {i} after the promotion: {e}"));
+    }
+    assert_eq!(
+        row(c, "select v, pg_is_in_recovery() from kv").await,
+        ["4", "f"]
+    );
+    let late = connect(&rw).await;
+    assert_eq!(row(&late, "select v from kv").await, ["4"]);
+    assert_eq!(standby.query_value("select v from kv"), "4");
+    drop(primary);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_read_committed_transactions_never_miss_an_acknowledged_write() {
     let primary = Postgres::start();

@@ -205,14 +205,16 @@ pub async fn startup<S: AsyncRead + AsyncWrite + Unpin>(
     let credential = url_credential(config);
     login(stream, buf, &Login::url(config, &credential))
         .await
-        .map_err(|e| {
-            format!(
-                "{} refused the connection: {} ({})",
-                config.address,
-                e.message,
-                String::from_utf8_lossy(&e.code.0)
-            )
-        })
+        .map_err(|e| refused(config, &e))
+}
+
+fn refused(config: &UpstreamConfig, e: &LoginError) -> String {
+    format!(
+        "{} refused the connection: {} ({})",
+        config.address,
+        e.message,
+        String::from_utf8_lossy(&e.code.0)
+    )
 }
 
 /// Run the startup exchange on a fresh stream as `who`, up to the first ReadyForQuery.
@@ -453,31 +455,66 @@ impl<T: io::Write + Unpin> AsyncWrite for Blocking<T> {
 
 /// Connect once with a blocking socket and run the startup exchange: checks the URL and
 /// credentials before the shards start, and returns the server's parameters and the value
-/// of `query` if one is given.
+/// of `query` if one is given. Of several hosts, the first that will do, as
+/// `Pool::open_on_some_host` picks them (a host that cannot be reached or takes no writes when
+/// writes are wanted is passed over; a refused login is the answer).
 pub fn probe(
     config: &UpstreamConfig,
     query: Option<&str>,
 ) -> Result<(Handshake, Option<String>), String> {
+    if config.more_hosts.is_empty() && !config.read_write {
+        return probe_host(config, query).map_err(|(_, e)| e);
+    }
+    let mut passed_over = Vec::new();
+    for address in config.hosts() {
+        let one = UpstreamConfig {
+            address: address.clone(),
+            more_hosts: Vec::new(),
+            ..config.clone()
+        };
+        match probe_host(&one, query) {
+            Ok((hs, value)) => match super::pool::read_only_why(&hs.parameters) {
+                Some(why) if config.read_write => passed_over.push(format!("{address}: {why}")),
+                _ => return Ok((hs, value)),
+            },
+            Err((true, e)) => passed_over.push(e),
+            Err((false, e)) => return Err(e),
+        }
+    }
+    Err(format!(
+        "no upstream host takes writes ({})",
+        passed_over.join("; ")
+    ))
+}
+
+/// [`probe`] on `config.address` alone. The error says whether the next of several hosts
+/// should be tried: it could not be reached, or is starting up or shutting down
+/// (`Pool::open_on_some_host` decides the same way).
+fn probe_host(
+    config: &UpstreamConfig,
+    query: Option<&str>,
+) -> Result<(Handshake, Option<String>), (bool, String)> {
     use shards::connect::Address;
     let timeout = std::time::Duration::from_secs(10);
     let mut buf = ReplyBuf::default();
+    let unreachable = |e: io::Error| {
+        (
+            true,
+            format!(
+                "cannot connect to the upstream server {}: {e}",
+                config.address
+            ),
+        )
+    };
     match &config.address {
         Address::Tcp(addr) => {
-            let s = std::net::TcpStream::connect_timeout(addr, timeout)
-                .map_err(|e| format!("cannot connect to the upstream server {addr}: {e}"))?;
-            s.set_read_timeout(Some(timeout))
-                .map_err(|e| e.to_string())?;
+            let s = std::net::TcpStream::connect_timeout(addr, timeout).map_err(unreachable)?;
+            s.set_read_timeout(Some(timeout)).map_err(unreachable)?;
             futures_lite::future::block_on(probe_on(&mut Blocking(s), &mut buf, config, query))
         }
         Address::Unix(path) => {
-            let s = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
-                format!(
-                    "cannot connect to the upstream server {}: {e}",
-                    path.display()
-                )
-            })?;
-            s.set_read_timeout(Some(timeout))
-                .map_err(|e| e.to_string())?;
+            let s = std::os::unix::net::UnixStream::connect(path).map_err(unreachable)?;
+            s.set_read_timeout(Some(timeout)).map_err(unreachable)?;
             futures_lite::future::block_on(probe_on(&mut Blocking(s), &mut buf, config, query))
         }
     }
@@ -488,12 +525,15 @@ async fn probe_on<S: AsyncRead + AsyncWrite + Unpin>(
     buf: &mut ReplyBuf,
     config: &UpstreamConfig,
     query: Option<&str>,
-) -> Result<(Handshake, Option<String>), String> {
-    let handshake = startup(stream, buf, config).await?;
+) -> Result<(Handshake, Option<String>), (bool, String)> {
+    let credential = url_credential(config);
+    let handshake = login(stream, buf, &Login::url(config, &credential))
+        .await
+        .map_err(|e| (super::pool::passes_over(&e), refused(config, &e)))?;
     let value = match query {
         Some(sql) => simple_value(stream, buf, sql)
             .await
-            .map_err(|e| format!("{}: {sql}: {e}", config.address))?,
+            .map_err(|e| (true, format!("{}: {sql}: {e}", config.address)))?,
         None => None,
     };
     Ok((handshake, value))
@@ -501,17 +541,17 @@ async fn probe_on<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Ask the server to cancel what backend `process_id` runs (a CancelRequest on a new
 /// connection, as libpq does). Best effort: the server never answers it.
-pub async fn send_cancel(config: &UpstreamConfig, process_id: i32, secret_key: i32) {
+pub async fn send_cancel(address: &Address, process_id: i32, secret_key: i32) {
     let mut out = Vec::with_capacity(16);
     frontend::encode_cancel(&mut out, process_id, &secret_key.to_be_bytes());
-    match shards::connect::connect(&config.address).await {
+    match shards::connect::connect(address).await {
         Ok(mut s) => {
             let _ = s.write_all(&out).await;
             // Wait for the server to close it, so the request is read before we drop it.
             let mut b = [0u8; 1];
             let _ = s.read(&mut b).await;
         }
-        Err(e) => log::warn!("cannot send a cancel request to {}: {e}", config.address),
+        Err(e) => log::warn!("cannot send a cancel request to {address}: {e}"),
     }
 }
 

@@ -45,7 +45,16 @@ pub use session::Session;
 /// Where the upstream server is and how ringwire logs in to it.
 #[derive(Clone, Debug)]
 pub struct UpstreamConfig {
+    /// The (first) host.
     pub address: Address,
+    /// Further hosts of a multi-host URL (`postgres://u@h1:p1,h2:p2/db`, libpq's syntax), in
+    /// order: a new connection tries each host in turn from the one that last worked.
+    pub more_hosts: Vec<Address>,
+    /// Only a host that takes writes will do (libpq's `target_session_attrs=read-write`, the
+    /// default for a URL of several hosts): one that reports `in_hot_standby` or
+    /// `default_transaction_read_only` at login is passed over, so after a standby is
+    /// promoted new connections reach it.
+    pub read_write: bool,
     pub user: String,
     pub password: Option<String>,
     pub database: String,
@@ -195,9 +204,32 @@ impl WalGeometry {
 }
 
 impl UpstreamConfig {
-    /// `postgres[ql]://USER[:PASSWORD]@HOST[:PORT][/DATABASE][?host=/socket/dir]`. With
-    /// `host=DIR` (or a HOST that is a percent-encoded path) the server is reached on its Unix
-    /// socket `DIR/.s.PGSQL.PORT`. User, password and database may be percent-encoded.
+    /// The hosts in the order they are tried; the first is `address`.
+    pub fn hosts(&self) -> impl Iterator<Item = &Address> {
+        std::iter::once(&self.address).chain(&self.more_hosts)
+    }
+
+    /// Host `i` of [`Self::hosts`].
+    pub fn host(&self, i: usize) -> &Address {
+        i.checked_sub(1)
+            .and_then(|i| self.more_hosts.get(i))
+            .unwrap_or(&self.address)
+    }
+
+    /// The hosts for messages and labels: `a`, or `a,b` for several.
+    pub fn hosts_text(&self) -> String {
+        self.hosts()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `postgres[ql]://USER[:PASSWORD]@HOST[:PORT][,HOST[:PORT]...][/DATABASE][?PARAMS]`.
+    /// With `host=DIR` (or a HOST that is a percent-encoded path) the server is reached on its
+    /// Unix socket `DIR/.s.PGSQL.PORT`. User, password and database may be percent-encoded.
+    /// Several hosts are tried in order (libpq's multi-host URL); `target_session_attrs`
+    /// (`read-write`, the default for several hosts, or `any`, the default for one) says
+    /// whether a host in hot standby or read-only by default is passed over.
     pub fn parse_url(url: &str, pool_size_per_shard: usize) -> Result<UpstreamConfig, String> {
         let bad = |why: &str| format!("{url:?}: {why}");
         let rest = url
@@ -219,36 +251,58 @@ impl UpstreamConfig {
         if user.is_empty() {
             return Err(bad("the user is empty"));
         }
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
-                h,
-                p.parse::<u16>()
-                    .map_err(|_| bad("the port is not a number"))?,
-            ),
-            _ => (hostport, 5432),
-        };
-        let mut host = percent_decode(host).map_err(|e| bad(&e))?;
+        let mut hosts = Vec::new();
+        for hostport in hostport.split(',') {
+            let (host, port) = match hostport.rsplit_once(':') {
+                Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+                    h,
+                    p.parse::<u16>()
+                        .map_err(|_| bad("the port is not a number"))?,
+                ),
+                _ => (hostport, 5432),
+            };
+            hosts.push((percent_decode(host).map_err(|e| bad(&e))?, port));
+        }
+        let mut read_write = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
-                Some(("host", v)) => host = percent_decode(v).map_err(|e| bad(&e))?,
-                _ => return Err(bad(&format!("unsupported parameter {pair:?} (only host=)"))),
+                Some(("host", v)) if hosts.len() == 1 => {
+                    hosts[0].0 = percent_decode(v).map_err(|e| bad(&e))?
+                }
+                Some(("target_session_attrs", "read-write")) => read_write = Some(true),
+                Some(("target_session_attrs", "any")) => read_write = Some(false),
+                _ => {
+                    return Err(bad(&format!(
+                        "unsupported parameter {pair:?} (only host= with one host, and \
+                         target_session_attrs=read-write|any)"
+                    )))
+                }
             }
         }
-        let address = if host.starts_with('/') {
-            Address::Unix(std::path::Path::new(&host).join(format!(".s.PGSQL.{port}")))
-        } else {
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            use std::net::ToSocketAddrs;
-            let addr = (host, port)
-                .to_socket_addrs()
-                .map_err(|e| bad(&format!("cannot resolve {host}: {e}")))?
-                .next()
-                .ok_or_else(|| bad(&format!("{host} has no address")))?;
-            Address::Tcp(addr)
-        };
+        let mut addresses = Vec::with_capacity(hosts.len());
+        for (host, port) in &hosts {
+            addresses.push(if host.starts_with('/') {
+                Address::Unix(std::path::Path::new(host).join(format!(".s.PGSQL.{port}")))
+            } else {
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                if host.is_empty() {
+                    return Err(bad("a host is empty"));
+                }
+                use std::net::ToSocketAddrs;
+                let addr = (host, *port)
+                    .to_socket_addrs()
+                    .map_err(|e| bad(&format!("cannot resolve {host}: {e}")))?
+                    .next()
+                    .ok_or_else(|| bad(&format!("{host} has no address")))?;
+                Address::Tcp(addr)
+            });
+        }
+        let address = addresses.remove(0);
         let database = percent_decode(database).map_err(|e| bad(&e))?;
         Ok(UpstreamConfig {
             address,
+            read_write: read_write.unwrap_or(!addresses.is_empty()),
+            more_hosts: addresses,
             database: if database.is_empty() {
                 user.clone()
             } else {
@@ -510,6 +564,39 @@ mod tests {
         let c = UpstreamConfig::parse_url("postgresql://postgres@localhost?host=/tmp", 4).unwrap();
         assert_eq!(c.address, Address::Unix("/tmp/.s.PGSQL.5432".into()));
         assert_eq!((c.database.as_str(), c.password), ("postgres", None));
+        let c = UpstreamConfig::parse_url("postgres://u@127.0.0.1:5433,127.0.0.1/db", 4).unwrap();
+        assert_eq!(
+            c.hosts().cloned().collect::<Vec<_>>(),
+            [
+                Address::Tcp("127.0.0.1:5433".parse().unwrap()),
+                Address::Tcp("127.0.0.1:5432".parse().unwrap())
+            ]
+        );
+        assert!(c.read_write);
+        assert_eq!(c.host(1), &Address::Tcp("127.0.0.1:5432".parse().unwrap()));
+        assert_eq!(c.hosts_text(), "127.0.0.1:5433,127.0.0.1:5432");
+        let c = UpstreamConfig::parse_url(
+            "postgres://u@127.0.0.1:5433,127.0.0.1/db?target_session_attrs=any",
+            4,
+        )
+        .unwrap();
+        assert!(!c.read_write);
+        let c =
+            UpstreamConfig::parse_url("postgres://u@127.0.0.1?target_session_attrs=read-write", 4);
+        assert!(c.unwrap().read_write);
+        assert!(
+            !UpstreamConfig::parse_url("postgres://u@127.0.0.1", 4)
+                .unwrap()
+                .read_write
+        );
+        let refused = |url: &str| UpstreamConfig::parse_url(url, 1).unwrap_err();
+        assert!(refused("postgres://u@127.0.0.1,/db").contains("a host is empty"));
+        for url in [
+            "postgres://u@127.0.0.1,127.0.0.1/db?host=/tmp",
+            "postgres://u@127.0.0.1/db?target_session_attrs=x",
+        ] {
+            assert!(refused(url).contains("unsupported parameter"), "{url}");
+        }
         assert!(UpstreamConfig::parse_url("mysql://u@h/d", 1).is_err());
         assert!(UpstreamConfig::parse_url("postgres://h:5432/d", 1).is_err());
         assert!(UpstreamConfig::parse_url("postgres://u@h:x/d", 1).is_err());

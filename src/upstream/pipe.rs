@@ -95,6 +95,8 @@ impl Unit {
 pub struct Pipe {
     shard: Rc<ShardUpstream>,
     pub host: Host,
+    /// Which of the pool's config's hosts the connection is on (see `ServerConn::at`).
+    pub at: usize,
     /// The pool (host, user, database) the connection came from: only that pool's clients
     /// join.
     pub pool: Rc<Pool>,
@@ -146,6 +148,7 @@ impl Pipe {
             shard,
             pool,
             host: conn.host,
+            at: conn.at,
             settings: conn.settings,
             process_id: conn.process_id,
             secret_key: conn.secret_key,
@@ -254,10 +257,10 @@ impl Pipe {
         let Some(head) = units.front() else { return };
         if units.len() == 1 && head.cancel_wanted.replace(false) {
             let config = self.pool.config.clone();
-            let (pid, key) = (self.process_id, self.secret_key);
-            glommio::spawn_local(
-                async move { super::client::send_cancel(&config, pid, key).await },
-            )
+            let (at, pid, key) = (self.at, self.process_id, self.secret_key);
+            glommio::spawn_local(async move {
+                super::client::send_cancel(config.host(at), pid, key).await
+            })
             .detach();
         }
     }

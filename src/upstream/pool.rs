@@ -28,7 +28,7 @@ use shards::auth::Credential;
 use shards::connect::{connect, ShardStream};
 use shards::engine::{query_canceled, CancelToken};
 
-use super::client::{login, Login, LoginError, ReplyBuf};
+use super::client::{login, Handshake, Login, LoginError, ReplyBuf};
 use super::pipe::{Lease, Pipe};
 use super::replica::{self, Notify, Replica};
 use super::session::ClientStatement;
@@ -95,7 +95,7 @@ impl Pools {
     pub fn stats(&self, role: &'static str) -> super::stats::HostStats {
         let mut total = super::stats::HostStats {
             role,
-            address: self.config.address.to_string(),
+            address: self.config.hosts_text(),
             open: 0,
             idle: 0,
             waiting: 0,
@@ -209,6 +209,8 @@ pub struct Pool {
     /// What the server reported to the first login of this key (`session_authorization`,
     /// `is_superuser` and per-role settings differ by user): shown to its clients at startup.
     pub parameters: RefCell<Option<Parameters>>,
+    /// The config's host the latest connection was opened on: new ones try it first.
+    preferred_host: Cell<usize>,
 }
 
 /// A shard's share of `--upstream-max-connections` for one host: every key's connections
@@ -335,6 +337,9 @@ pub struct ServerConn {
     /// Fingerprint of the session settings in effect (0: the server's defaults).
     pub settings: u64,
     pub host: Host,
+    /// Which of its config's hosts it is connected to (`UpstreamConfig::host`): where a
+    /// cancel for its backend goes.
+    pub at: usize,
     /// When it last went back to the pool (for the health check and the idle timeout).
     released_at: Instant,
     /// The pool it belongs to (weak: the pool holds its idle connections).
@@ -678,6 +683,7 @@ impl Pool {
             reaper_started: Cell::new(false),
             credential: RefCell::new(None),
             parameters: RefCell::new(None),
+            preferred_host: Cell::new(0),
         }
     }
 
@@ -726,7 +732,7 @@ impl Pool {
                             "upstream connection {} to {} failed its health check after \
                              {idle_for:?} idle ({why}); replacing it",
                             conn.process_id,
-                            self.config.address
+                            self.config.host(conn.at)
                         );
                         // What failed one (a host gone without a FIN, a hung server) has most
                         // likely failed the connections idle longer too: close them rather
@@ -787,13 +793,14 @@ impl Pool {
                 Some(cap) if cap.full() => format!(
                     "All {} of this shard's connections to {} (--upstream-max-connections) \
                      were in use.",
-                    cap.limit, self.config.address
+                    cap.limit,
+                    self.config.hosts_text()
                 ),
                 _ => format!(
                     "All {} of this shard's connections to {} for user \"{}\", database \
                      \"{}\" (--upstream-pool-size) were in use.",
                     self.config.pool_size_per_shard,
-                    self.config.address,
+                    self.config.hosts_text(),
                     self.key.user,
                     self.key.database
                 ),
@@ -837,41 +844,8 @@ impl Pool {
             let cached = self.credential.borrow().clone();
             cached.unwrap_or_else(|| credential.clone())
         };
-        let opening = async {
-            let mut stream = connect(&self.config.address)
-                .await
-                .map_err(|e| LoginError {
-                    detail: None,
-                    code: protocol::SqlState::CONNECTION_FAILURE,
-                    message: format!("cannot connect to {}: {e}", self.config.address),
-                })?;
-            let mut buf = ReplyBuf::default();
-            let who = Login {
-                address: &self.config.address,
-                user: &self.key.user,
-                database: &self.key.database,
-                credential: &credential,
-            };
-            let hs = login(&mut stream, &mut buf, &who).await?;
-            Ok::<_, LoginError>((stream, buf, hs))
-        };
-        let (stream, buf, hs) = match self.host {
-            Host::Primary => opening.await?,
-            // A replica that does not accept a connection in time is out of rotation (the
-            // caller takes it out). Only opening is timed: waiting for a busy pool's
-            // connection is not the replica's failure.
-            Host::Replica(_) => {
-                replica::with_timeout("connecting", replica::CONNECT_TIMEOUT, async {
-                    opening.await.map_err(|e| e.message)
-                })
-                .await
-                .map_err(|message| LoginError {
-                    detail: None,
-                    code: protocol::SqlState::CONNECTION_FAILURE,
-                    message,
-                })?
-            }
-        };
+        let (at, (stream, buf, hs)) = self.open_on_some_host(&credential).await?;
+        self.preferred_host.set(at);
         // A client's cleartext password stays in its session only (it is not the pool's to
         // keep); the ClientKey and md5 hash are what PgBouncer keeps per user too.
         if matches!(*credential, Credential::Scram { .. } | Credential::Md5(_)) {
@@ -888,9 +862,86 @@ impl Pool {
             statements: Rc::default(),
             settings: 0,
             host: self.host,
+            at,
             released_at: Instant::now(),
             pool: Rc::downgrade(self),
             _slot: Some(slot),
+        })
+    }
+
+    /// Connect and log in to the first host that will do, trying each of the config's hosts in
+    /// turn from the one that last worked: one that cannot be reached, or is shutting down or
+    /// starting up (class 08, 57P), is passed over, and so is one in hot standby or read-only
+    /// when writes are wanted (`read_write`). A refusal of the login (class 28, 3D000, 53300...)
+    /// is returned at once, as libpq does: the next host would most likely refuse it too.
+    async fn open_on_some_host(
+        &self,
+        credential: &Credential,
+    ) -> Result<(usize, (ShardStream, ReplyBuf, Handshake)), LoginError> {
+        let hosts = 1 + self.config.more_hosts.len();
+        let first = self.preferred_host.get();
+        let mut passed_over = Vec::new();
+        for k in 0..hosts {
+            let at = (first + k) % hosts;
+            let address = self.config.host(at);
+            let opening = async {
+                let mut stream = connect(address).await.map_err(|e| LoginError {
+                    detail: None,
+                    code: protocol::SqlState::CONNECTION_FAILURE,
+                    message: format!("cannot connect to {address}: {e}"),
+                })?;
+                let mut buf = ReplyBuf::default();
+                let who = Login {
+                    address,
+                    user: &self.key.user,
+                    database: &self.key.database,
+                    credential,
+                };
+                let hs = login(&mut stream, &mut buf, &who).await?;
+                Ok::<_, LoginError>((stream, buf, hs))
+            };
+            // A replica that does not accept a connection in time is out of rotation (the
+            // caller takes it out), and one of several primary hosts that does not must not
+            // hold up the next for long (only the first connection after a failover pays it:
+            // the next start at the host that worked). Only opening is timed: waiting for a
+            // busy pool's connection is not the server's failure.
+            let limit = match self.host {
+                Host::Primary if hosts == 1 => None,
+                Host::Primary => Some(MULTI_HOST_CONNECT_TIMEOUT),
+                Host::Replica(_) => Some(replica::CONNECT_TIMEOUT),
+            };
+            let opened = if let Some(limit) = limit {
+                futures_lite::future::or(opening, async {
+                    shards::time::sleep(limit).await;
+                    Err(LoginError {
+                        detail: None,
+                        code: protocol::SqlState::CONNECTION_FAILURE,
+                        message: format!("{address}: no answer within {limit:?}"),
+                    })
+                })
+                .await
+            } else {
+                opening.await
+            };
+            match opened {
+                Ok(opened) => match read_only_why(&opened.2.parameters) {
+                    Some(why) if self.config.read_write => {
+                        log::info!("upstream {address} passed over: {why}");
+                        passed_over.push(format!("{address}: {why}"));
+                    }
+                    _ => return Ok((at, opened)),
+                },
+                Err(e) if hosts > 1 && passes_over(&e) => {
+                    log::info!("upstream {address} passed over: {}", e.message);
+                    passed_over.push(e.message);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(LoginError {
+            detail: None,
+            code: protocol::SqlState::CONNECTION_FAILURE,
+            message: format!("no upstream host takes writes ({})", passed_over.join("; ")),
         })
     }
 
@@ -1072,11 +1123,38 @@ impl ServerConn {
             statements: pipe.statements.clone(),
             settings: pipe.settings,
             host: pipe.host,
+            at: pipe.at,
             released_at: Instant::now(),
             pool: Rc::downgrade(&pipe.pool),
             _slot: None,
         }
     }
+}
+
+/// How long connecting and logging in to one of several primary hosts may take before the
+/// next is tried.
+const MULTI_HOST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a server that sent these ParameterStatus values at login takes no writes, if it does
+/// not: libpq's test for `target_session_attrs=read-write` (PostgreSQL 14 and later report
+/// both; an older server that reports neither counts as writable).
+pub fn read_only_why(parameters: &[(String, String)]) -> Option<&'static str> {
+    let on = |name: &str| parameters.iter().any(|(n, v)| n == name && v == "on");
+    if on("in_hot_standby") {
+        Some("in hot standby")
+    } else if on("default_transaction_read_only") {
+        Some("default_transaction_read_only is on")
+    } else {
+        None
+    }
+}
+
+/// A login failure after which the next of several hosts is tried: the host cannot be
+/// reached or the exchange broke (class 08), or it is shutting down, starting up or
+/// recovering (57P01-57P03).
+pub fn passes_over(e: &LoginError) -> bool {
+    let code = e.code.as_str();
+    code.starts_with("08") || code.starts_with("57P")
 }
 
 /// Wait until a connection is given back (or closed) by another client of the shard.

@@ -1796,9 +1796,9 @@ impl Session {
                         // This client's statement is the one running on this connection:
                         // pass the cancel on to its backend.
                         let config = self.shard.pools(server.host).config.clone();
-                        let (pid, key) = (server.process_id, server.secret_key);
+                        let (at, pid, key) = (server.at, server.process_id, server.secret_key);
                         glommio::spawn_local(async move {
-                            super::client::send_cancel(&config, pid, key).await
+                            super::client::send_cancel(config.host(at), pid, key).await
                         })
                         .detach();
                     }

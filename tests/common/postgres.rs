@@ -282,6 +282,26 @@ impl Postgres {
         panic!("PostgreSQL did not start within {STARTUP_WAIT_MAX:?}; server log:\n{last_log}");
     }
 
+    /// Promote a standby to a primary (`pg_ctl promote -w`: returns once it accepts writes).
+    ///
+    /// # Panics
+    /// When pg_ctl fails.
+    pub fn promote(&self) {
+        let out = as_postgres(&self.bin.join("pg_ctl"))
+            .arg("promote")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-w", "-t", "60"])
+            .output()
+            .expect("run pg_ctl promote via runuser");
+        assert!(
+            out.status.success(),
+            "pg_ctl promote failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Start a server stopped by [`Postgres::kill`] again, on its port (a standby resumes
     /// streaming from where it was).
     ///
