@@ -179,6 +179,15 @@ struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     upstream_wait_timeout_secs: u64,
 
+    /// Upstream mode: a query that returns the stored password (`rolpassword`: a SCRAM-SHA-256
+    /// verifier or md5 hash) of the user in `$1`, run on the primary as the `--upstream` URL's
+    /// user for a client whose user is not in `--users-file` (PgBouncer's `auth_query`; the
+    /// last column of the first row, so PgBouncer's two-column queries work too), e.g.
+    /// "SELECT rolpassword FROM pg_authid WHERE rolname = $1 AND rolcanlogin". No row or NULL:
+    /// the login fails as for an unknown user.
+    #[arg(long, value_name = "SQL")]
+    upstream_auth_query: Option<String>,
+
     /// Upstream mode: pipeline independent autocommit statements of different clients (same
     /// settings) onto one upstream connection, each with its own Sync; see
     /// docs/ARCHITECTURE.md, "Pipelining several clients onto one connection", including the
@@ -324,6 +333,8 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
         hba_file: cli.hba_file,
         users_file: cli.users_file,
         cli_users,
+        // (Without --upstream, main refuses --upstream-auth-query before this.)
+        lookup: cli.upstream_auth_query.is_some(),
     })?;
     Ok(ServerConfig {
         listen: cli.listen,
@@ -423,6 +434,7 @@ fn upstream_config(
         pipeline_depth,
         login,
         max_connections,
+        auth_query: None,
     };
     Ok((upstreams, Arc::new(handshake.parameters)))
 }
@@ -511,6 +523,10 @@ fn main() -> ExitCode {
             eprintln!("ringwire: --replica needs --upstream (the primary)");
             return ExitCode::from(2);
         }
+        None if cli.upstream_auth_query.is_some() => {
+            eprintln!("ringwire: --upstream-auth-query needs --upstream");
+            return ExitCode::from(2);
+        }
         None => None,
         Some(url) => match upstream_config(
             &url,
@@ -532,7 +548,10 @@ fn main() -> ExitCode {
             },
             cli.upstream_max_connections,
         ) {
-            Ok(u) => Some(u),
+            Ok((mut u, parameters)) => {
+                u.auth_query = cli.upstream_auth_query.clone().map(Arc::from);
+                Some((u, parameters))
+            }
             Err(e) => {
                 eprintln!("ringwire: {e}");
                 return ExitCode::from(2);

@@ -628,6 +628,68 @@ async fn a_login_or_statement_waiting_on_a_full_cap_times_out() {
     assert_eq!(identity(&dave).await, ids("dave", "postgres"));
 }
 
+/// PgBouncer's `auth_query` against `pg_authid`, run as the URL's superuser.
+const AUTH_QUERY: &str = "SELECT rolpassword FROM pg_authid WHERE rolname = $1 AND rolcanlogin";
+
+impl Setup {
+    /// ringwire with no users file: secrets come from the upstream through `auth_query`.
+    fn ringwire_with_auth_query(&self, auth_query: &str) -> Ringwire {
+        let hba_path = self.dir.join("hba-auth-query");
+        std::fs::write(&hba_path, HBA_MD5).unwrap();
+        let url = self.pg.url();
+        Ringwire::start(&[
+            "--upstream",
+            &url,
+            "--hba-file",
+            hba_path.to_str().unwrap(),
+            "--upstream-auth-query",
+            auth_query,
+        ])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_users_file_secrets_come_from_the_upstream_auth_query() {
+    let s = Setup::new();
+    let rw = s.ringwire_with_auth_query(AUTH_QUERY);
+    // SCRAM (alice) and md5 (carol) users log in with their passwords, and run upstream as
+    // themselves (SCRAM pass-through with the verifier the query read).
+    let alice = connect(&rw, "alice", "alice-pw", "postgres").await;
+    assert_eq!(identity(&alice).await, ids("alice", "postgres"));
+    let carol = connect(&rw, "carol", "carol-pw", "appdb").await;
+    assert_eq!(identity(&carol).await, ids("carol", "appdb"));
+    // A wrong password and an unknown user get the same 28P01 as from PostgreSQL.
+    for (user, password) in [("alice", "wrong"), ("carol", "wrong"), ("mallory", "x")] {
+        let err = refused(try_connect(&rw, user, password, "postgres").await);
+        assert_eq!(code(&err), "28P01", "{user}: {err}");
+        assert_eq!(
+            msg(&err),
+            format!("password authentication failed for user \"{user}\"")
+        );
+    }
+    // Nothing is cached: a password changed upstream counts from the next login.
+    s.pg.query_value("alter role alice password 'alice-new'");
+    let err = refused(try_connect(&rw, "alice", "alice-pw", "postgres").await);
+    assert_eq!(code(&err), "28P01", "{err}");
+    let alice2 = connect(&rw, "alice", "alice-new", "postgres").await;
+    assert_eq!(identity(&alice2).await, ids("alice", "postgres"));
+    // A role that may not log in has no secret for the query to find.
+    s.pg.query_value("alter role bob nologin");
+    let err = refused(try_connect(&rw, "bob", "bob-pw", "postgres").await);
+    assert_eq!(code(&err), "28P01", "{err}");
+    // A query that fails upstream is a FATAL that names it, not a hang.
+    let broken = s.ringwire_with_auth_query("SELECT nope FROM pg_authid WHERE rolname = $1");
+    let err = refused(try_connect(&broken, "alice", "alice-new", "postgres").await);
+    assert_eq!(code(&err), "28000", "{err}");
+    assert!(
+        msg(&err).starts_with("could not look up the password of user \"alice\" upstream")
+            && msg(&err).contains("column \"nope\" does not exist"),
+        "{err}"
+    );
+    // The connections the query used went back clean: alice still works on the first server.
+    assert_eq!(identity(&alice).await, ids("alice", "postgres"));
+}
+
 #[test]
 fn a_connection_cap_below_the_shard_count_is_a_startup_error() {
     let s = Setup::new();
@@ -703,11 +765,47 @@ async fn replica_reads_run_as_the_client_too() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // The reads that went to the standby ran there as their users, not as the URL's.
-    let on_standby = standby.query_value(
+    let users_on_standby = standby.query_value(
         "select string_agg(distinct usename::text, ',' order by usename::text) from pg_stat_activity \
          where usename in ('alice', 'bob')",
     );
-    assert_eq!(on_standby, "alice,bob");
+    assert_eq!(users_on_standby, "alice,bob");
+    // A standby whose own pg_hba refuses one user stays in rotation for the others: carol's
+    // reads run on the primary, alice's still on the standby, on the same connection (taking
+    // the standby out of rotation would also close its idle connections).
+    standby.write_hba(
+        "local all all trust\n\
+         host all postgres 127.0.0.1/32 trust\n\
+         host all carol 127.0.0.1/32 reject\n\
+         host all all 127.0.0.1/32 scram-sha-256\n",
+    );
+    standby.query_value("select pg_reload_conf()");
+    let carol = connect(&rw, "carol", "carol-pw", "postgres").await;
+    let mut alice_backends = std::collections::HashSet::new();
+    for _ in 0..10 {
+        assert_eq!(
+            on_standby(&carol).await,
+            (false, None),
+            "carol read on the standby"
+        );
+        let (standby_read, pid) = on_standby(&alice).await;
+        assert!(
+            standby_read,
+            "the standby's refusal of carol took it out of rotation for alice"
+        );
+        alice_backends.insert(pid);
+    }
+    assert_eq!(alice_backends.len(), 1, "{alice_backends:?}");
+}
+
+/// Whether `c`'s next read runs on the standby, and there the backend's pid.
+async fn on_standby(c: &Client) -> (bool, Option<i32>) {
+    let row = c
+        .query_one("select pg_is_in_recovery(), pg_backend_pid()", &[])
+        .await
+        .unwrap();
+    let standby: bool = row.get(0);
+    (standby, standby.then(|| row.get(1)))
 }
 
 /// `RESET ALL` does not undo `role` or `session_authorization`, so a pooled connection must

@@ -59,6 +59,9 @@ pub struct AuthSettings {
     /// `--user NAME:PASSWORD`, turned into verifiers once at startup. They take precedence
     /// over the users file's entry of the same name.
     pub cli_users: Vec<(String, Secret)>,
+    /// Users not in the tables are looked up by the engine (`Engine::lookup_secret`, upstream
+    /// mode's `--upstream-auth-query`), so password rules need no user here.
+    pub lookup: bool,
 }
 
 impl Default for AuthSettings {
@@ -68,6 +71,7 @@ impl Default for AuthSettings {
             hba_file: None,
             users_file: None,
             cli_users: Vec::new(),
+            lookup: false,
         }
     }
 }
@@ -155,7 +159,7 @@ fn read_tables(settings: &AuthSettings) -> Result<AuthTables, String> {
     for (name, secret) in &settings.cli_users {
         users.insert(name.clone(), secret.clone());
     }
-    if users.is_empty() {
+    if users.is_empty() && !settings.lookup {
         if let Some(rule) = hba.rules.iter().find(|r| r.method.needs_password()) {
             let whose = match &settings.hba_file {
                 Some(path) => format!(
@@ -333,7 +337,15 @@ pub(crate) async fn authenticate<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         startup_len,
     };
     let user = client.user;
-    let secret = tables.users.get(user);
+    let looked_up;
+    let secret = match tables.users.get(user) {
+        Some(secret) => Some(secret),
+        None if !matches!(rule.method, Method::Trust | Method::Cert | Method::Reject) => {
+            looked_up = shard.engine.lookup_secret(user).await.map_err(End::Fatal)?;
+            looked_up.as_ref()
+        }
+        None => None,
+    };
     let mut credential = match secret {
         Some(Secret::Md5(hash)) => Credential::Md5(*hash),
         _ => Credential::None,
@@ -648,6 +660,13 @@ mod tests {
             e,
             "--auth password needs at least one user (--user NAME:PASSWORD or --users-file)"
         );
+        // Unless the engine looks users up (`--upstream-auth-query`).
+        assert!(AuthStore::load(AuthSettings {
+            method: Method::Password,
+            lookup: true,
+            ..Default::default()
+        })
+        .is_ok());
         let dir = std::env::temp_dir().join(format!("ringwire-auth-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let hba = dir.join("hba");
@@ -659,6 +678,7 @@ mod tests {
             hba_file: Some(hba.clone()),
             users_file: Some(users.clone()),
             cli_users: vec![("cli".into(), Secret::md5_from_password("cli", "x"))],
+            lookup: false,
         })
         .unwrap();
         assert!(

@@ -209,6 +209,15 @@ pub trait Engine: 'static {
         Ok(())
     }
 
+    /// The stored secret of `user`, who is not in the users file, for a password method to
+    /// check the client against (upstream mode's `--upstream-auth-query` reads it from the
+    /// upstream server, as PgBouncer's `auth_query` does). `Ok(None)`: no such user (or no
+    /// password), which fails as any unknown user does; an error is sent as FATAL.
+    async fn lookup_secret(&self, user: &str) -> Result<Option<crate::auth::Secret>, PgError> {
+        let _ = user;
+        Ok(None)
+    }
+
     /// The connection ended (for any reason): release what the session holds elsewhere.
     fn close_session(&self, session: &mut Self::Session);
 

@@ -352,9 +352,8 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Run one simple Query on an idle connection and return the first column of its first row
-/// (`None` for no row or NULL). An ErrorResponse is an `Err` with its message; the connection
-/// is idle again when this returns `Ok`.
+/// Run `sql` as a simple Query and return the first column of its first row (`None` for no
+/// row or NULL); an ErrorResponse is the error.
 pub async fn simple_value<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     buf: &mut ReplyBuf,
@@ -362,7 +361,35 @@ pub async fn simple_value<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<Option<String>, String> {
     let mut out = Vec::with_capacity(sql.len() + 6);
     frontend::encode_query(&mut out, sql);
-    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    first_row(stream, buf, &out, false).await
+}
+
+/// Run `sql` with one text parameter (`$1`) over the extended protocol, unnamed statement and
+/// portal, and return the last column of its first row (`None` for no row or NULL).
+pub async fn value_for<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    sql: &str,
+    param: &str,
+) -> Result<Option<String>, String> {
+    let mut out = Vec::with_capacity(sql.len() + param.len() + 64);
+    frontend::encode_parse(&mut out, "", sql, &[]);
+    frontend::encode_bind(&mut out, "", "", &[], &[Some(param.as_bytes())], &[]);
+    frontend::encode_execute(&mut out, "", 0);
+    frontend::encode_empty(&mut out, b'S');
+    first_row(stream, buf, &out, true).await
+}
+
+/// Send `request` (ending in a Query or Sync) and read up to its ReadyForQuery: the first (or
+/// `last`) column of the first row. An ErrorResponse is an `Err` with its message, and the
+/// connection is idle again (only an I/O error or a FATAL leaves it unusable).
+async fn first_row<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    request: &[u8],
+    last: bool,
+) -> Result<Option<String>, String> {
+    stream.write_all(request).await.map_err(|e| e.to_string())?;
     let mut value = None;
     let mut error = None;
     loop {
@@ -378,9 +405,9 @@ pub async fn simple_value<S: AsyncRead + AsyncWrite + Unpin>(
             .expect("a whole frame is buffered");
         match BackendMessage::parse(frame).map_err(|e| e.message.to_string())? {
             BackendMessage::DataRow { values } if value.is_none() => {
+                let column = if last { values.last() } else { values.first() };
                 value = Some(
-                    values
-                        .first()
+                    column
                         .copied()
                         .flatten()
                         .map(|v| String::from_utf8_lossy(v).into_owned()),

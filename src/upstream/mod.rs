@@ -123,6 +123,9 @@ pub struct Upstreams {
     /// `--upstream-max-connections`: connections to each host over every (user, database)
     /// and shard; 0: no cap but `pool_size_per_shard` per key.
     pub max_connections: usize,
+    /// `--upstream-auth-query`: reads the stored secret (`$1`: the user name) of a client
+    /// the users file does not have, from the primary as the URL's user.
+    pub auth_query: Option<Arc<str>>,
 }
 
 impl Upstreams {
@@ -478,6 +481,10 @@ impl Engine for Upstream {
 
     async fn admit(&self, session: &mut Session) -> Result<(), PgError> {
         session.admit().await
+    }
+
+    async fn lookup_secret(&self, user: &str) -> Result<Option<shards::auth::Secret>, PgError> {
+        self.shard.lookup_secret(user).await
     }
 
     fn close_session(&self, session: &mut Session) {

@@ -22,13 +22,13 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use futures_lite::AsyncWriteExt;
-use protocol::frontend;
+use protocol::{frontend, PgError, SqlState};
 
-use shards::auth::Credential;
+use shards::auth::{Credential, Secret};
 use shards::connect::{connect, ShardStream};
 use shards::engine::{query_canceled, CancelToken};
 
-use super::client::{login, Handshake, Login, LoginError, ReplyBuf};
+use super::client::{login, simple_value, value_for, Handshake, Login, LoginError, ReplyBuf};
 use super::pipe::{Lease, Pipe};
 use super::replica::{self, Notify, Replica};
 use super::session::ClientStatement;
@@ -166,6 +166,8 @@ pub struct ShardUpstream {
     /// The URL's user and database, and its password: `--upstream-login url` logs everyone
     /// in with these.
     pub url_login: (PoolKey, Rc<Credential>),
+    /// `--upstream-auth-query`.
+    auth_query: Option<Arc<str>>,
     /// Each `--replica` URL's user, database and password: `--upstream-login url` logs in to
     /// a replica as its own URL says.
     pub replica_url_logins: Vec<(PoolKey, Rc<Credential>)>,
@@ -439,6 +441,7 @@ impl ShardUpstream {
             primary: Pools::new(config.clone(), Host::Primary, cap),
             login: upstreams.login,
             url_login: url_login(config),
+            auth_query: upstreams.auth_query.clone(),
             replica_url_logins: upstreams.replicas.iter().map(|c| url_login(c)).collect(),
             replicas: upstreams
                 .replicas
@@ -456,6 +459,57 @@ impl ShardUpstream {
             pipeline_depth: upstreams.pipeline_depth,
             next_session: Cell::new(1),
             counters: Default::default(),
+        }
+    }
+
+    /// `--upstream-auth-query`: the stored secret of `user`, read from the primary over a
+    /// connection of the URL's user's pool (no settings of a client's in effect: a client's
+    /// `search_path` must not change what the query reads). Nothing is cached: a password
+    /// changed upstream counts from the next login. `Ok(None)`: no query configured, or no
+    /// row, NULL or a value that is not a SCRAM verifier or md5 hash (logged).
+    pub async fn lookup_secret(&self, user: &str) -> Result<Option<Secret>, PgError> {
+        let Some(query) = &self.auth_query else {
+            return Ok(None);
+        };
+        let fatal = |code, why: &str| {
+            PgError::fatal(
+                code,
+                format!("could not look up the password of user \"{user}\" upstream: {why}"),
+            )
+        };
+        let (key, credential) = &self.url_login;
+        let pool = self.pool(Host::Primary, key);
+        let mut conn = pool
+            .acquire(0, credential, None)
+            .await
+            .map_err(|e| fatal(e.code, &e.message))?;
+        let reset = conn.settings != 0;
+        let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
+        let mut answer = Ok(None);
+        if reset {
+            answer = simple_value(stream, buf, "RESET ALL").await;
+        }
+        if answer.is_ok() {
+            answer = value_for(stream, buf, query, user).await;
+        }
+        // The query replaced the server's unnamed statement (see `ServerConn::check`).
+        conn.statements.set_unnamed(None);
+        match answer {
+            Ok(text) => {
+                conn.settings = 0;
+                self.release(conn);
+                match text.as_deref().map(Secret::parse) {
+                    None => Ok(None),
+                    Some(Ok(secret)) => Ok(Some(secret)),
+                    Some(Err(e)) => {
+                        log::warn!("--upstream-auth-query for user {user:?}: {e}");
+                        Ok(None)
+                    }
+                }
+            }
+            // An error the server answered (permission denied, a bad query): the connection
+            // is idle again, but what else the query did is unknown: close it.
+            Err(e) => Err(fatal(SqlState::INVALID_AUTHORIZATION_SPECIFICATION, &e)),
         }
     }
 
