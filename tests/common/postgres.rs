@@ -113,17 +113,15 @@ fn template(bin: &Path) -> PathBuf {
             }
             let (_, scratch) = new_dir();
             let data = scratch.join("data");
-            let out = as_postgres(&bin.join("initdb"))
-                .arg("-D")
-                .arg(&data)
-                .args(["-A", "trust", "-U", "postgres", "--no-sync"])
-                .output()
-                .expect("run initdb via runuser");
-            assert!(
-                out.status.success(),
-                "initdb failed: {}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+            succeed(
+                as_postgres(&bin.join("initdb")).arg("-D").arg(&data).args([
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "--no-sync",
+                ]),
+                "initdb",
             );
             // Fails when another process renamed its template into place first: use that one.
             let _ = fs::rename(&data, &template);
@@ -143,6 +141,19 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
+/// Run `cmd` to the end; panics naming `what`, with its output, unless it succeeds.
+fn succeed(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn as_postgres(program: &Path) -> Command {
     let mut cmd = Command::new("runuser");
     cmd.args(["-u", "postgres", "--"]).arg(program);
@@ -159,17 +170,12 @@ impl Postgres {
         let (bin, dir) = new_dir();
         let template = template(&bin);
         // `cp -a` as root keeps the files' owner (postgres) and modes (0700 on the data dir).
-        let out = Command::new("cp")
-            .arg("-a")
-            .arg(&template)
-            .arg(dir.join("data"))
-            .output()
-            .expect("run cp");
-        assert!(
-            out.status.success(),
-            "copying the template data directory {} failed: {}",
-            template.display(),
-            String::from_utf8_lossy(&out.stderr)
+        succeed(
+            Command::new("cp")
+                .arg("-a")
+                .arg(&template)
+                .arg(dir.join("data")),
+            "copying the template data directory",
         );
         Postgres::run(bin, dir)
     }
@@ -182,18 +188,13 @@ impl Postgres {
     /// `replication` from 127.0.0.1), so the primary needs no restart.
     pub fn start_standby(primary: &Postgres) -> Postgres {
         let (bin, dir) = new_dir();
-        let out = as_postgres(&tool(&bin, "pg_basebackup"))
-            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
-            .args(["-U", "postgres", "-D"])
-            .arg(dir.join("data"))
-            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
-            .output()
-            .expect("run pg_basebackup via runuser");
-        assert!(
-            out.status.success(),
-            "pg_basebackup failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        succeed(
+            as_postgres(&tool(&bin, "pg_basebackup"))
+                .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+                .args(["-U", "postgres", "-D"])
+                .arg(dir.join("data"))
+                .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]),
+            "pg_basebackup",
         );
         // The end of the primary's WAL: its insert position, or the page start when that is
         // just past a page header (always so after the backup's segment switch; the standby's
@@ -287,18 +288,13 @@ impl Postgres {
     /// # Panics
     /// When pg_ctl fails.
     pub fn promote(&self) {
-        let out = as_postgres(&self.bin.join("pg_ctl"))
-            .arg("promote")
-            .arg("-D")
-            .arg(self.dir.join("data"))
-            .args(["-w", "-t", "60"])
-            .output()
-            .expect("run pg_ctl promote via runuser");
-        assert!(
-            out.status.success(),
-            "pg_ctl promote failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        succeed(
+            as_postgres(&self.bin.join("pg_ctl"))
+                .arg("promote")
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .args(["-w", "-t", "60"]),
+            "pg_ctl promote",
         );
     }
 
