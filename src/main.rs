@@ -365,7 +365,7 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
 /// startup) and its WAL insert position (the oracle's first applied timestamp). A replica that
 /// does not answer yet is only a warning (it joins the rotation when it does); one that
 /// answers and is not a standby is an error.
-#[allow(clippy::type_complexity)]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn upstream_config(
     url: &str,
     replicas: &[String],
@@ -374,6 +374,7 @@ fn upstream_config(
     login: UpstreamLogin,
     timers: PoolTimers,
     max_connections: usize,
+    auth_query: Option<String>,
 ) -> Result<(Upstreams, Arc<Vec<(String, String)>>), String> {
     if pool_size == 0 {
         return Err("--upstream-pool-size must be at least 1".into());
@@ -387,6 +388,7 @@ fn upstream_config(
     let (handshake, position) = ringwire::upstream::client::probe(
         &config,
         (!replicas.is_empty()).then_some(ringwire::upstream::WAL_POSITION_QUERY),
+        auth_query.as_deref(),
     )?;
     let (applied, wal) = match position {
         None => (0, WalGeometry::default()),
@@ -411,7 +413,8 @@ fn upstream_config(
                  --replica) and no target_session_attrs"
             ));
         }
-        match ringwire::upstream::client::probe(&replica, Some("SELECT pg_is_in_recovery()")) {
+        match ringwire::upstream::client::probe(&replica, Some("SELECT pg_is_in_recovery()"), None)
+        {
             Ok((_, Some(r))) if r == "t" => {}
             Ok(_) => {
                 return Err(format!(
@@ -434,7 +437,7 @@ fn upstream_config(
         pipeline_depth,
         login,
         max_connections,
-        auth_query: None,
+        auth_query: auth_query.map(Arc::from),
     };
     Ok((upstreams, Arc::new(handshake.parameters)))
 }
@@ -547,11 +550,9 @@ fn main() -> ExitCode {
                 ..PoolTimers::default()
             },
             cli.upstream_max_connections,
+            cli.upstream_auth_query.clone(),
         ) {
-            Ok((mut u, parameters)) => {
-                u.auth_query = cli.upstream_auth_query.clone().map(Arc::from);
-                Some((u, parameters))
-            }
+            Ok(u) => Some(u),
             Err(e) => {
                 eprintln!("ringwire: {e}");
                 return ExitCode::from(2);

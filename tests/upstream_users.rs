@@ -677,15 +677,40 @@ async fn without_a_users_file_secrets_come_from_the_upstream_auth_query() {
     s.pg.query_value("alter role bob nologin");
     let err = refused(try_connect(&rw, "bob", "bob-pw", "postgres").await);
     assert_eq!(code(&err), "28P01", "{err}");
-    // A query that fails upstream is a FATAL that names it, not a hang.
-    let broken = s.ringwire_with_auth_query("SELECT nope FROM pg_authid WHERE rolname = $1");
-    let err = refused(try_connect(&broken, "alice", "alice-new", "postgres").await);
+    // A query the upstream rejects is a startup error that names it, not every client's FATAL.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringwire"))
+        .args(["--listen", "127.0.0.1:0", "--upstream", &s.pg.url()])
+        .args([
+            "--upstream-auth-query",
+            "SELECT nope FROM pg_authid WHERE rolname = $1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--upstream-auth-query failed on 127.0.0.1:")
+            && stderr.contains("column \"nope\" does not exist"),
+        "{stderr}"
+    );
+    // One that starts failing later (here: its function is dropped) is a FATAL 28000 at login
+    // that names the upstream's error, and the other logins go on.
+    s.pg.query_value(
+        "create function secret_of(name) returns text language sql security definer \
+         as 'select rolpassword from pg_authid where rolname = $1 and rolcanlogin'",
+    );
+    let via_function = s.ringwire_with_auth_query("SELECT secret_of($1)");
+    let carol2 = connect(&via_function, "carol", "carol-pw", "postgres").await;
+    assert_eq!(identity(&carol2).await, ids("carol", "postgres"));
+    s.pg.query_value("drop function secret_of(name)");
+    let err = refused(try_connect(&via_function, "alice", "alice-new", "postgres").await);
     assert_eq!(code(&err), "28000", "{err}");
     assert!(
         msg(&err).starts_with("could not look up the password of user \"alice\" upstream")
-            && msg(&err).contains("column \"nope\" does not exist"),
+            && msg(&err).contains("function secret_of(unknown) does not exist"),
         "{err}"
     );
+    assert_eq!(identity(&carol2).await, ids("carol", "postgres"));
     // The connections the query used went back clean: alice still works on the first server.
     assert_eq!(identity(&alice).await, ids("alice", "postgres"));
 }

@@ -485,12 +485,16 @@ impl<T: io::Write + Unpin> AsyncWrite for Blocking<T> {
 /// of `query` if one is given. Of several hosts, the first that will do, as
 /// `Pool::open_on_some_host` picks them (a host that cannot be reached or takes no writes when
 /// writes are wanted is passed over; a refused login is the answer).
+///
+/// `auth_query` (`--upstream-auth-query`), if given, is run once with the URL's user as `$1`,
+/// so a query the server rejects is a startup error rather than every client's FATAL.
 pub fn probe(
     config: &UpstreamConfig,
     query: Option<&str>,
+    auth_query: Option<&str>,
 ) -> Result<(Handshake, Option<String>), String> {
     if config.more_hosts.is_empty() && !config.read_write {
-        return probe_host(config, query).map_err(|(_, e)| e);
+        return probe_host(config, query, auth_query).map_err(|(_, e)| e);
     }
     let mut passed_over = Vec::new();
     for address in config.hosts() {
@@ -499,7 +503,7 @@ pub fn probe(
             more_hosts: Vec::new(),
             ..config.clone()
         };
-        match probe_host(&one, query) {
+        match probe_host(&one, query, auth_query) {
             Ok((hs, value)) => match super::pool::read_only_why(&hs.parameters) {
                 Some(why) if config.read_write => passed_over.push(format!("{address}: {why}")),
                 _ => return Ok((hs, value)),
@@ -520,6 +524,7 @@ pub fn probe(
 fn probe_host(
     config: &UpstreamConfig,
     query: Option<&str>,
+    auth_query: Option<&str>,
 ) -> Result<(Handshake, Option<String>), (bool, String)> {
     use shards::connect::Address;
     let timeout = std::time::Duration::from_secs(10);
@@ -537,12 +542,14 @@ fn probe_host(
         Address::Tcp(addr) => {
             let s = std::net::TcpStream::connect_timeout(addr, timeout).map_err(unreachable)?;
             s.set_read_timeout(Some(timeout)).map_err(unreachable)?;
-            futures_lite::future::block_on(probe_on(&mut Blocking(s), &mut buf, config, query))
+            let mut s = Blocking(s);
+            futures_lite::future::block_on(probe_on(&mut s, &mut buf, config, query, auth_query))
         }
         Address::Unix(path) => {
             let s = std::os::unix::net::UnixStream::connect(path).map_err(unreachable)?;
             s.set_read_timeout(Some(timeout)).map_err(unreachable)?;
-            futures_lite::future::block_on(probe_on(&mut Blocking(s), &mut buf, config, query))
+            let mut s = Blocking(s);
+            futures_lite::future::block_on(probe_on(&mut s, &mut buf, config, query, auth_query))
         }
     }
 }
@@ -552,6 +559,7 @@ async fn probe_on<S: AsyncRead + AsyncWrite + Unpin>(
     buf: &mut ReplyBuf,
     config: &UpstreamConfig,
     query: Option<&str>,
+    auth_query: Option<&str>,
 ) -> Result<(Handshake, Option<String>), (bool, String)> {
     let credential = url_credential(config);
     let handshake = login(stream, buf, &Login::url(config, &credential))
@@ -563,6 +571,28 @@ async fn probe_on<S: AsyncRead + AsyncWrite + Unpin>(
             .map_err(|e| (true, format!("{}: {sql}: {e}", config.address)))?,
         None => None,
     };
+    if let Some(sql) = auth_query {
+        let found = value_for(stream, buf, sql, &config.user)
+            .await
+            .map_err(|e| {
+                (
+                    false,
+                    format!("--upstream-auth-query failed on {}: {e}", config.address),
+                )
+            })?;
+        if let Some(text) = found {
+            shards::auth::Secret::parse(&text).map_err(|e| {
+                (
+                    false,
+                    format!(
+                        "--upstream-auth-query for user {:?} returned a value that is not a \
+                         SCRAM-SHA-256 verifier or md5 hash: {e}",
+                        config.user
+                    ),
+                )
+            })?;
+        }
+    }
     Ok((handshake, value))
 }
 
