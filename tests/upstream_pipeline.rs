@@ -291,6 +291,55 @@ async fn a_client_that_disconnects_mid_unit_costs_the_others_nothing() {
     assert_eq!(rows[0][0].as_deref(), Some("42"));
 }
 
+/// The client whose session reads a pipe also writes the units queued behind its own. If
+/// PostgreSQL is not reading (it runs the unit ahead) a large unit's write waits, and a cancel
+/// of the reader's own statement ends that wait midway: part of a message may be on the wire.
+/// The connection must then close (every unit on it gets 08006), not be reused with half a
+/// message, which would leave the large unit and every unit behind it waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_that_stops_a_write_midway_fails_the_pipe_instead_of_hanging_it() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", &[]);
+    warm(&rw, 1).await;
+    let reader = connect(&rw).await;
+    let writer = connect(&rw).await;
+    let token = reader.cancel_token();
+    let a = tokio::spawn(async move { reader.simple_query("select pg_sleep(3)").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 16 MiB, more than loopback's socket buffers take while PostgreSQL sleeps, in one Query
+    // (a large Bind would reach the relay before its Sync, and a batch without its Sync is
+    // not a unit).
+    let big = format!("select length('{}')", "x".repeat(16 << 20));
+    let b = tokio::spawn(async move {
+        let result = writer.simple_query(&big).await;
+        (result, writer)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let a = tokio::time::timeout(Duration::from_secs(20), a)
+        .await
+        .expect("the reader's statement did not end")
+        .unwrap();
+    let (b, writer) = tokio::time::timeout(Duration::from_secs(20), b)
+        .await
+        .expect("the unit whose write was cut off waits forever")
+        .unwrap();
+    // Usually the write is still waiting when the cancel comes, and both units fail with
+    // 08006. On glommio's socket path the write had sometimes finished by then (seen once in
+    // three runs): the cancel is withdrawn (another client's unit is behind the reader's) and
+    // both run. Either way nobody waits forever.
+    match b {
+        Ok(rows) => assert_eq!(text_rows(rows)[0][0].as_deref(), Some("16777216")),
+        Err(e) => assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e}"),
+    }
+    if let Err(a) = a {
+        assert_eq!(a.code(), Some(&SqlState::CONNECTION_FAILURE), "{a}");
+    }
+    // The writer stays connected, and a new connection serves it.
+    let rows = writer.simple_query("select length('abc')").await.unwrap();
+    assert_eq!(text_rows(rows)[0][0].as_deref(), Some("3"));
+}
+
 /// Cancel on a shared connection. A cancel for a unit queued behind another client's is
 /// held until that unit runs alone, then sent: the queued statement is cancelled, the one
 /// ahead of it is not. A cancel for a unit that has another client's unit behind it is

@@ -227,7 +227,8 @@ impl Pipe {
     }
 
     /// The connection failed (or a unit left a transaction open): close it and fail every
-    /// unit not complete yet.
+    /// unit not complete yet. A reader holding the connection closes it at once (see
+    /// `read`).
     pub fn fail(&self, why: &str) {
         if self.failed.borrow().is_some() || self.retired.get() {
             return;
@@ -248,6 +249,10 @@ impl Pipe {
             *u.failed.borrow_mut() = Some(why.to_string());
             u.wake();
             u.wake_reader();
+        }
+        // A reader waiting for replies stops and closes the connection it holds.
+        if let Some(w) = self.reader.take() {
+            w.wake();
         }
     }
 
@@ -274,9 +279,16 @@ impl Pipe {
         let mut reading = Reading {
             pipe: self.clone(),
             conn: Some(conn),
+            mid_write: false,
         };
         let mut scratch = Vec::new();
         loop {
+            if self.failed.borrow().is_some() {
+                // Failed by another client's relay while this one read: the connection
+                // closes here (dropped), not when this reader's own unit next gets a reply.
+                reading.conn = None;
+                return;
+            }
             let conn = reading.conn.as_mut().expect("held while reading");
             let (stream, buf) = conn.own_io().expect("a pipe holds its connection whole");
             let routed = route(&self.units, buf);
@@ -315,7 +327,9 @@ impl Pipe {
             }
             std::mem::swap(&mut scratch, &mut *self.outbox.borrow_mut());
             if !scratch.is_empty() {
+                reading.mid_write = true;
                 let sent = futures_lite::AsyncWriteExt::write_all(stream, &scratch).await;
+                reading.mid_write = false;
                 scratch.clear();
                 if let Err(e) = sent {
                     reading.conn = None;
@@ -326,7 +340,7 @@ impl Pipe {
             }
             let filled = futures_lite::future::or(async { Some(buf.fill(stream).await) }, async {
                 poll_fn(|cx| {
-                    if self.outbox.borrow().is_empty() {
+                    if self.outbox.borrow().is_empty() && self.failed.borrow().is_none() {
                         self.reader.set(Some(cx.waker().clone()));
                         Poll::Pending
                     } else {
@@ -350,12 +364,20 @@ impl Pipe {
 struct Reading {
     pipe: Rc<Pipe>,
     conn: Option<ServerConn>,
+    /// Queued units are being written. A reader dropped now (its client's cancel ends the
+    /// wait it reads in) may have put part of a message on the wire, which nothing can
+    /// follow: the pipe fails and the connection closes.
+    mid_write: bool,
 }
 
 impl Drop for Reading {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if self.pipe.failed.borrow().is_none() {
+            if self.mid_write {
+                drop(conn);
+                self.pipe
+                    .fail("a reader stopped in the middle of writing queued statements");
+            } else if self.pipe.failed.borrow().is_none() {
                 *self.pipe.conn.borrow_mut() = Some(conn);
             }
         }
