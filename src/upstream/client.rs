@@ -512,10 +512,7 @@ pub fn probe(
             Err((false, e)) => return Err(e),
         }
     }
-    Err(format!(
-        "no upstream host takes writes ({})",
-        passed_over.join("; ")
-    ))
+    Err(super::pool::no_host(config.read_write, &passed_over))
 }
 
 /// [`probe`] on `config.address` alone. The error says whether the next of several hosts

@@ -995,7 +995,7 @@ impl Pool {
         Err(LoginError {
             detail: None,
             code: protocol::SqlState::CONNECTION_FAILURE,
-            message: format!("no upstream host takes writes ({})", passed_over.join("; ")),
+            message: no_host(self.config.read_write, &passed_over),
         })
     }
 
@@ -1183,6 +1183,19 @@ impl ServerConn {
             _slot: None,
         }
     }
+}
+
+/// Why no host of a multi-host URL would do, host by host.
+pub fn no_host(read_write: bool, passed_over: &[String]) -> String {
+    format!(
+        "no upstream host {} ({})",
+        if read_write {
+            "takes writes"
+        } else {
+            "could be reached"
+        },
+        passed_over.join("; ")
+    )
 }
 
 /// How long connecting and logging in to one of several primary hosts may take before the
