@@ -31,19 +31,6 @@ fn cache() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("drivers")
 }
 
-/// Run a set-up command; panic with its output if it fails.
-fn set_up(what: &str, cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {cmd:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// `dir`, made by `make` unless an earlier run finished it (a marker file says so). One
 /// set-up at a time: tests of the same driver share the directory.
 fn prepared(name: &str, make: impl FnOnce(&Path)) -> PathBuf {
@@ -83,7 +70,7 @@ fn versioned(name: &str, files: &[&str]) -> String {
 
 fn python() -> PathBuf {
     prepared(&format!("python-{}", tag(&[PSYCOPG, ASYNCPG])), |dir| {
-        set_up(
+        common::succeed(
             "pip install",
             Command::new("python3")
                 .args(["-m", "pip", "install", "--quiet", "--target"])
@@ -107,7 +94,7 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
         }
         "node-postgres" => {
             let dir = prepared(&format!("node-{}", tag(&[NODE_PG])), |dir| {
-                set_up(
+                common::succeed(
                     "npm install",
                     Command::new("npm")
                         .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
@@ -124,7 +111,7 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
         "pgx" => {
             let name = versioned("go", &["go/go.mod", "go/go.sum", "go/main.go"]);
             let dir = prepared(&name, |dir| {
-                set_up(
+                common::succeed(
                     "go build",
                     Command::new("go")
                         .current_dir(src.join("go"))
@@ -140,14 +127,14 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
         "pgjdbc" => {
             let name = versioned("java", &["java/JdbcStory.java"]);
             let dir = prepared(&name, |dir| {
-                set_up(
+                common::succeed(
                     "mvn dependency:copy",
                     Command::new("mvn")
                         .args(["-q", "-B", "dependency:copy"])
                         .arg(format!("-Dartifact={PGJDBC}"))
                         .arg(format!("-DoutputDirectory={}", dir.display())),
                 );
-                set_up(
+                common::succeed(
                     "javac",
                     Command::new("javac")
                         .arg("-cp")

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use super::succeed;
+
 /// How long the server may take to accept connections after it is started.
 const STARTUP_WAIT_MAX: Duration = Duration::from_secs(60);
 
@@ -114,6 +116,7 @@ fn template(bin: &Path) -> PathBuf {
             let (_, scratch) = new_dir();
             let data = scratch.join("data");
             succeed(
+                "initdb",
                 as_postgres(&bin.join("initdb")).arg("-D").arg(&data).args([
                     "-A",
                     "trust",
@@ -121,7 +124,6 @@ fn template(bin: &Path) -> PathBuf {
                     "postgres",
                     "--no-sync",
                 ]),
-                "initdb",
             );
             // Fails when another process renamed its template into place first: use that one.
             let _ = fs::rename(&data, &template);
@@ -141,19 +143,6 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-/// Run `cmd` to the end; panics naming `what`, with its output, unless it succeeds.
-fn succeed(cmd: &mut Command, what: &str) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn as_postgres(program: &Path) -> Command {
     let mut cmd = Command::new("runuser");
     cmd.args(["-u", "postgres", "--"]).arg(program);
@@ -171,11 +160,11 @@ impl Postgres {
         let template = template(&bin);
         // `cp -a` as root keeps the files' owner (postgres) and modes (0700 on the data dir).
         succeed(
+            "copying the template data directory",
             Command::new("cp")
                 .arg("-a")
                 .arg(&template)
                 .arg(dir.join("data")),
-            "copying the template data directory",
         );
         Postgres::run(bin, dir)
     }
@@ -189,12 +178,12 @@ impl Postgres {
     pub fn start_standby(primary: &Postgres) -> Postgres {
         let (bin, dir) = new_dir();
         succeed(
+            "pg_basebackup",
             as_postgres(&tool(&bin, "pg_basebackup"))
                 .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
                 .args(["-U", "postgres", "-D"])
                 .arg(dir.join("data"))
                 .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]),
-            "pg_basebackup",
         );
         // The end of the primary's WAL: its insert position, or the page start when that is
         // just past a page header (always so after the backup's segment switch; the standby's
@@ -289,12 +278,12 @@ impl Postgres {
     /// When pg_ctl fails.
     pub fn promote(&self) {
         succeed(
+            "pg_ctl promote",
             as_postgres(&self.bin.join("pg_ctl"))
                 .arg("promote")
                 .arg("-D")
                 .arg(self.dir.join("data"))
                 .args(["-w", "-t", "60"]),
-            "pg_ctl promote",
         );
     }
 
