@@ -15,15 +15,22 @@ use common::ringwire::Ringwire;
 use tokio_postgres::{error::SqlState, Client, NoTls, SimpleQueryMessage};
 
 fn start(pg: &Postgres, shards: &str, pool: &str) -> Ringwire {
+    start_with(pg, shards, pool, &[])
+}
+
+/// [`start`] with more flags.
+fn start_with(pg: &Postgres, shards: &str, pool: &str, extra: &[&str]) -> Ringwire {
     let url = pg.url();
-    Ringwire::start(&[
+    let mut args = vec![
         "--shards",
         shards,
         "--upstream",
         &url,
         "--upstream-pool-size",
         pool,
-    ])
+    ];
+    args.extend_from_slice(extra);
+    Ringwire::start(&args)
 }
 
 async fn direct(pg: &Postgres) -> Client {
@@ -238,17 +245,7 @@ async fn blocked(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_waiting_for_a_busy_pool_times_out_or_is_cancelled_and_its_client_goes_on() {
     let pg = Postgres::start();
-    let url = pg.url();
-    let rw = Ringwire::start(&[
-        "--shards",
-        "1",
-        "--upstream",
-        &url,
-        "--upstream-pool-size",
-        "1",
-        "--upstream-wait-timeout-secs",
-        "2",
-    ]);
+    let rw = start_with(&pg, "1", "1", &["--upstream-wait-timeout-secs", "2"]);
     let a = connect(&rw).await;
     let mut b = connect(&rw).await;
     let token = b.cancel_token();
@@ -739,17 +736,7 @@ fn malformed_and_misordered_messages_get_errors_and_the_session_goes_on() {
 fn the_unnamed_statement_survives_ringwires_own_queries() {
     use protocol::frontend::{self, Target};
     let pg = Postgres::start();
-    let url = pg.url();
-    let rw = Ringwire::start(&[
-        "--shards",
-        "1",
-        "--upstream",
-        &url,
-        "--upstream-pool-size",
-        "1",
-        "--upstream-check-delay-secs",
-        "0",
-    ]);
+    let rw = start_with(&pg, "1", "1", &["--upstream-check-delay-secs", "0"]);
     let mut s = raw_login(&rw);
     let mut out = Vec::new();
 
