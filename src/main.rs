@@ -188,8 +188,8 @@ struct Cli {
     #[arg(long, value_name = "SQL")]
     upstream_auth_query: Option<String>,
 
-    /// Upstream mode: pipeline independent autocommit statements of different clients (same
-    /// settings) onto one upstream connection, each with its own Sync; see
+    /// Upstream mode: pipeline independent autocommit reads (that lock no rows) of different
+    /// clients (same settings) onto one upstream connection, each with its own Sync; see
     /// docs/ARCHITECTURE.md, "Pipelining several clients onto one connection", including the
     /// hazards that keep it off by default. `off`: every batch holds a connection of its own.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]

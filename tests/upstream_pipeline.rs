@@ -291,6 +291,56 @@ async fn a_client_that_disconnects_mid_unit_costs_the_others_nothing() {
     assert_eq!(rows[0][0].as_deref(), Some("42"));
 }
 
+/// Only reads that lock no rows share a pipe. A write can wait for a row lock; had it joined
+/// a pipe, every client's unit queued behind it would wait too, invisibly to PostgreSQL's
+/// deadlock detector. Here a third client's reads go on while another client's UPDATE waits
+/// for a lock held by an open transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waiting_for_a_row_lock_holds_up_no_other_client() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "3", &[]);
+    warm(&rw, 3).await;
+    let holder = connect(&rw).await;
+    holder
+        .batch_execute("create table kv (k int primary key, v int); insert into kv values (1, 0)")
+        .await
+        .unwrap();
+    holder
+        .batch_execute("begin; update kv set v = 1 where k = 1")
+        .await
+        .unwrap();
+    let writer = connect(&rw).await;
+    let waiting = tokio::spawn(async move {
+        writer
+            .simple_query("update kv set v = 2 where k = 1")
+            .await
+            .map(|_| ())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the UPDATE did not wait for the lock"
+    );
+    let reader = connect(&rw).await;
+    for _ in 0..5 {
+        let rows = tokio::time::timeout(
+            Duration::from_secs(5),
+            reader.simple_query("select v from kv where k = 1"),
+        )
+        .await
+        .expect("a read waited behind an UPDATE waiting for a row lock")
+        .unwrap();
+        assert_eq!(text_rows(rows)[0][0].as_deref(), Some("0"));
+    }
+    holder.batch_execute("commit").await.unwrap();
+    waiting.await.unwrap().unwrap();
+    let rows = reader
+        .simple_query("select v from kv where k = 1")
+        .await
+        .unwrap();
+    assert_eq!(text_rows(rows)[0][0].as_deref(), Some("2"));
+}
+
 /// The client whose session reads a pipe also writes the units queued behind its own. If
 /// PostgreSQL is not reading (it runs the unit ahead) a large unit's write waits, and a cancel
 /// of the reader's own statement ends that wait midway: part of a message may be on the wire.

@@ -263,15 +263,19 @@ pub enum TxControl {
     Unsure,
 }
 
-/// Whether `sql` is certainly one autocommit statement that leaves nothing behind on its
-/// connection, so it may share an upstream connection with other clients' statements (the
-/// pipelining of `session.rs`): one statement, starting with SELECT, VALUES, TABLE, WITH,
-/// INSERT, UPDATE or DELETE, that [`classify`] finds stateless (no SET, no advisory lock, no
+/// Whether `sql` is certainly one autocommit read that leaves nothing behind on its
+/// connection and takes no row lock, so it may share an upstream connection with other
+/// clients' statements (the pipelining of `session.rs`): one statement, starting with SELECT,
+/// VALUES, TABLE or WITH, that [`classify`] finds stateless (no SET, no advisory lock, no
 /// `set_config`), with no transaction control (so its ReadyForQuery says `I`), and without the
-/// words that could create session state through a statement of these kinds (`temp`/
-/// `temporary` in `SELECT … INTO TEMP`, `into` at all for the read-only kinds, `listen`,
-/// `notify`, `prepare`, `declare`, `copy`). Allocation-free. Anything doubtful is `false`: it
-/// costs one batch the shared connection, never another client's correctness.
+/// words that could create session state through it (`into` of `SELECT … INTO`, `temp`,
+/// `temporary`, `listen`, `notify`, `prepare`, `declare`, `copy`) or make it write or lock rows
+/// (`insert`, `update`, `delete`, `merge`: data-modifying CTEs and `FOR [NO KEY] UPDATE`;
+/// `share`: `FOR [KEY] SHARE`). Writes are left out because a write can wait for a row lock,
+/// and every unit queued behind it on the pipe would wait too, where PostgreSQL's deadlock
+/// detector cannot see the wait (docs/ARCHITECTURE.md, the pipelining hazards).
+/// Allocation-free. Anything doubtful is `false`: it costs one batch the shared connection,
+/// never another client's correctness.
 pub fn autocommit_only(sql: &str) -> bool {
     if !plainly_stateless(sql) || unbalanced_quotes(sql) || sql.contains('\\') {
         return false;
@@ -283,14 +287,13 @@ pub fn autocommit_only(sql: &str) -> bool {
     }
     let mut first = true;
     let mut ok = true;
-    let mut reads = false;
     for_each_word(sql, |word, _| {
         let is = |list: &[&str]| list.iter().any(|w| word.eq_ignore_ascii_case(w));
         if first {
             first = false;
-            reads = is(&["select", "values", "table", "with"]);
-            ok = reads || is(&["insert", "update", "delete"]);
+            ok = is(&["select", "values", "table", "with"]);
         } else if is(&[
+            "into",
             "temp",
             "temporary",
             "listen",
@@ -302,8 +305,12 @@ pub fn autocommit_only(sql: &str) -> bool {
             "commit",
             "rollback",
             "savepoint",
-        ]) || (reads && word.eq_ignore_ascii_case("into"))
-        {
+            "insert",
+            "update",
+            "delete",
+            "merge",
+            "share",
+        ]) {
             ok = false;
         }
         ok
@@ -895,9 +902,7 @@ mod tests {
         for yes in [
             "SELECT abalance FROM pgbench_accounts WHERE aid = 7;",
             "select * from t",
-            "insert into t values ($1, 'begin')",
-            "UPDATE t SET v = v + 1 WHERE k = $1",
-            "delete from t where k = 1",
+            "select 'update', \"delete\" from t",
             "with x as (select 1) select * from x",
             "values (1), (2)",
             "table t",
@@ -906,6 +911,16 @@ mod tests {
             assert!(autocommit_only(yes), "{yes}");
         }
         for no in [
+            // Writes, and reads that lock rows: they can wait for a lock, and the units
+            // behind them on a pipe with them.
+            "insert into t values ($1, 'begin')",
+            "UPDATE t SET v = v + 1 WHERE k = $1",
+            "delete from t where k = 1",
+            "with d as (delete from t returning *) select * from d",
+            "select * from t where k = 1 for update",
+            "select * from t for no key update",
+            "select * from t for key share",
+            "select * from t for share",
             "begin",
             "BEGIN; select 1",
             "select 1; select 2",
