@@ -583,6 +583,53 @@ async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
     }
 }
 
+/// A client in the middle of reading a result runs another statement through the pool and
+/// waits for it before reading on (pgx's `rows.Next()` loop with a query inside). If that
+/// statement lands on the same pipe, its replies come after the whole result: with the reader
+/// stopped at the 1 MiB buffer limit both would wait for each other for good. While units are
+/// queued behind, a result of up to 8 MiB is read on, so this one (7 MB, more than the socket
+/// buffers on the way to the client take; it deadlocked with the 1 MiB limit) is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_deadlocked() {
+    use common::wire::simple_query;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", &[]);
+    assert_eq!(raw_select(raw_session(&rw, None).await, 1).await, 2);
+    // The "rows.Next()" side: asks for 7,000 rows of 1,000 bytes and reads none of them yet.
+    let mut reading = raw_session(&rw, Some(16 << 10)).await;
+    const ROWS: usize = 7_000;
+    reading
+        .write_all(&simple_query(&format!(
+            "select repeat('x', 1000) from generate_series(1, {ROWS})"
+        )))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The query inside the loop: queued behind that result on the only connection.
+    let inner = raw_session(&rw, None).await;
+    let inner = tokio::time::timeout(Duration::from_secs(20), raw_select(inner, 41))
+        .await
+        .expect("the query behind the unread result never finished: deadlock");
+    assert_eq!(inner, 42);
+    // Then the loop reads on and gets every row.
+    let mut bytes = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut tail = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tail.ends_with(&[b'Z', 0, 0, 0, 5, b'I']) {
+        assert!(Instant::now() < deadline, "the result never finished");
+        let n = reading.read(&mut buf).await.unwrap();
+        assert!(n > 0, "ringwire closed the reading client");
+        bytes += n;
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 64 {
+            tail.drain(..tail.len() - 64);
+        }
+    }
+    assert!(bytes > ROWS * 1000, "{bytes} bytes");
+}
+
 fn frontend_msg(tag: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![tag];
     m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());

@@ -35,7 +35,9 @@
 //! reading the connection until the unit's client has taken its replies, and the pipe takes no
 //! new units. PostgreSQL then blocks on its send, as it would for that client on a connection
 //! of its own. The units already queued behind it wait too (they are on the same connection,
-//! after that result): the price of sharing, bounded by the pipe's depth.
+//! after that result): the price of sharing, bounded by the pipe's depth. While units of other
+//! clients are queued behind it, the limit is [`UNIT_BUFFER_BYTES_AHEAD`] instead, so a client
+//! that waits for one of them before it reads on is not deadlocked by a result that fits.
 //!
 //! The pipe gives its connection back to the shard's pool when its last unit is done.
 
@@ -82,9 +84,10 @@ impl Unit {
         }
     }
 
-    /// The reader must wait for this unit's client before reading more.
-    fn full(&self) -> bool {
-        !self.abandoned.get() && self.replies.borrow().len() >= UNIT_BUFFER_BYTES
+    /// The reader must wait for this unit's client before reading more: it holds `limit`
+    /// bytes of replies the client has not taken.
+    fn holds(&self, limit: usize) -> bool {
+        !self.abandoned.get() && self.replies.borrow().len() >= limit
     }
 
     fn ready(&self) -> bool {
@@ -130,6 +133,14 @@ const UNITS_WHILE_OTHERS_WAIT: usize = 256;
 
 /// Replies a unit may hold for its client before the reader stops reading (module doc).
 pub const UNIT_BUFFER_BYTES: usize = 1 << 20;
+
+/// The same while other clients' units wait behind it. A client may be waiting for one of
+/// them before it reads on (pgx's `rows.Next()` loop running a query through the pool): that
+/// unit's replies come after this unit's, so stopping at 1 MiB would deadlock both for good.
+/// Reading on to this limit frees every such pattern whose result fits; a larger result still
+/// waits for its client (ARCHITECTURE.md, pipelining hazard 2). At most one unit per pipe
+/// holds this much.
+pub const UNIT_BUFFER_BYTES_AHEAD: usize = 8 << 20;
 
 /// What a ReadyForQuery other than `I` on a shared connection does to its units.
 const LEFT_OPEN: &str = "a statement left a transaction open on a shared upstream connection; \
@@ -306,12 +317,22 @@ impl Pipe {
                 _ => {}
             }
             // Another client's unit holds a full buffer: read nothing more until it drains
-            // (module doc), and let no new unit queue behind it meanwhile.
-            let head = self.units.borrow().front().cloned();
-            if let Some(head) = head.filter(|h| h.full()) {
+            // (module doc), and let no new unit queue behind it meanwhile. Units of other
+            // clients already behind it raise its limit (see `UNIT_BUFFER_BYTES_AHEAD`).
+            let (head, behind) = {
+                let units = self.units.borrow();
+                let behind = units.iter().skip(1).any(|u| !u.abandoned.get());
+                (units.front().cloned(), behind)
+            };
+            let limit = if behind {
+                UNIT_BUFFER_BYTES_AHEAD
+            } else {
+                UNIT_BUFFER_BYTES
+            };
+            if let Some(head) = head.filter(|h| h.holds(limit)) {
                 self.joinable.set(false);
                 poll_fn(|cx| {
-                    if !head.full() || self.failed.borrow().is_some() {
+                    if !head.holds(limit) || self.failed.borrow().is_some() {
                         Poll::Ready(())
                     } else {
                         head.drained.set(Some(cx.waker().clone()));
