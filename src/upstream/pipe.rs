@@ -138,8 +138,9 @@ pub const UNIT_BUFFER_BYTES: usize = 1 << 20;
 /// them before it reads on (pgx's `rows.Next()` loop running a query through the pool): that
 /// unit's replies come after this unit's, so stopping at 1 MiB would deadlock both for good.
 /// Reading on to this limit frees every such pattern whose result fits; a larger result still
-/// waits for its client (ARCHITECTURE.md, pipelining hazard 2). At most one unit per pipe
-/// holds this much.
+/// waits for its client (ARCHITECTURE.md, pipelining hazard 2). A pipe whose clients all stop
+/// reading can so hold up to its depth times this (16 × 8 MiB by default), where it held 16 ×
+/// 1 MiB before.
 pub const UNIT_BUFFER_BYTES_AHEAD: usize = 8 << 20;
 
 /// What a ReadyForQuery other than `I` on a shared connection does to its units.
