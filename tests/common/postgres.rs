@@ -88,6 +88,7 @@ fn tool(bin: &Path, name: &str) -> PathBuf {
 /// test binaries either see the whole template or none; the loser of a race discards its own.
 /// It is never started itself: every server runs on a copy.
 fn template(bin: &Path) -> PathBuf {
+    const INITDB_ARGS: [&str; 5] = ["-A", "trust", "-U", "postgres", "--no-sync"];
     static TEMPLATE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     TEMPLATE
         .get_or_init(|| {
@@ -96,15 +97,16 @@ fn template(bin: &Path) -> PathBuf {
                 .output()
                 .expect("run postgres --version");
             let version = String::from_utf8_lossy(&version.stdout);
-            // The build's version and the binary's path and mtime name the template, so a
-            // different or upgraded PostgreSQL gets its own.
+            // The build's version, the binary's path and mtime, and initdb's arguments name
+            // the template, so a different or upgraded PostgreSQL (or other arguments) gets
+            // its own.
             let stamp = fs::metadata(bin.join("postgres"))
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_secs());
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            std::hash::Hash::hash(&(version.trim(), bin, stamp), &mut hasher);
+            std::hash::Hash::hash(&(version.trim(), bin, stamp, INITDB_ARGS), &mut hasher);
             let name = format!(
                 "ringwire-pg-template-{:016x}",
                 std::hash::Hasher::finish(&hasher)
@@ -117,13 +119,10 @@ fn template(bin: &Path) -> PathBuf {
             let data = scratch.join("data");
             succeed(
                 "initdb",
-                as_postgres(&bin.join("initdb")).arg("-D").arg(&data).args([
-                    "-A",
-                    "trust",
-                    "-U",
-                    "postgres",
-                    "--no-sync",
-                ]),
+                as_postgres(&bin.join("initdb"))
+                    .arg("-D")
+                    .arg(&data)
+                    .args(INITDB_ARGS),
             );
             // Fails when another process renamed its template into place first: use that one.
             let _ = fs::rename(&data, &template);
