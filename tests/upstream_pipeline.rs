@@ -510,7 +510,7 @@ async fn raw_select(mut stream: tokio::net::TcpStream, n: i32) -> i32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
     use common::wire::simple_query;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let pg = Postgres::start();
     let rw = start(&pg, "2", &[]);
     // Both pool connections get the raw sessions' settings.
@@ -551,29 +551,7 @@ async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
         "clients that came later were stuck behind the unread result"
     );
     // The slow client reads now and gets every row and its tag; the queued units finish.
-    let mut bytes = 0usize;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut tail = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        assert!(Instant::now() < deadline, "the result never finished");
-        let n = slow.read(&mut buf).await.unwrap();
-        assert!(n > 0, "ringwire closed the slow client");
-        bytes += n;
-        tail.extend_from_slice(&buf[..n]);
-        if tail.len() > 64 {
-            tail.drain(..tail.len() - 64);
-        }
-        if tail.ends_with(&[b'Z', 0, 0, 0, 5, b'I']) {
-            break;
-        }
-    }
-    assert!(bytes > ROWS * 1000, "{bytes} bytes");
-    let tag = format!("SELECT {ROWS}\0");
-    assert!(
-        tail.windows(tag.len()).any(|w| w == tag.as_bytes()),
-        "no SELECT {ROWS} tag at the end"
-    );
+    read_result(&mut slow, ROWS, Duration::from_secs(60)).await;
     for (i, q) in queued.into_iter().enumerate() {
         let v = tokio::time::timeout(Duration::from_secs(20), q)
             .await
@@ -592,7 +570,7 @@ async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_deadlocked() {
     use common::wire::simple_query;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let pg = Postgres::start();
     let rw = start(&pg, "1", &[]);
     assert_eq!(raw_select(raw_session(&rw, None).await, 1).await, 2);
@@ -613,21 +591,33 @@ async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_dea
         .expect("the query behind the unread result never finished: deadlock");
     assert_eq!(inner, 42);
     // Then the loop reads on and gets every row.
+    read_result(&mut reading, ROWS, Duration::from_secs(30)).await;
+}
+
+/// Read a raw session's reply to `select repeat('x', 1000) from generate_series(1, rows)` up to
+/// its ReadyForQuery, within `limit`: every row's bytes and the `SELECT rows` tag arrive.
+async fn read_result(stream: &mut tokio::net::TcpStream, rows: usize, limit: Duration) {
+    use tokio::io::AsyncReadExt;
     let mut bytes = 0usize;
     let mut buf = vec![0u8; 1 << 16];
     let mut tail = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + limit;
     while !tail.ends_with(&[b'Z', 0, 0, 0, 5, b'I']) {
         assert!(Instant::now() < deadline, "the result never finished");
-        let n = reading.read(&mut buf).await.unwrap();
-        assert!(n > 0, "ringwire closed the reading client");
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "ringwire closed the client");
         bytes += n;
         tail.extend_from_slice(&buf[..n]);
         if tail.len() > 64 {
             tail.drain(..tail.len() - 64);
         }
     }
-    assert!(bytes > ROWS * 1000, "{bytes} bytes");
+    assert!(bytes > rows * 1000, "{bytes} bytes");
+    let tag = format!("SELECT {rows}\0");
+    assert!(
+        tail.windows(tag.len()).any(|w| w == tag.as_bytes()),
+        "no SELECT {rows} tag at the end"
+    );
 }
 
 fn frontend_msg(tag: u8, body: &[u8]) -> Vec<u8> {
