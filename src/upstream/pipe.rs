@@ -190,6 +190,23 @@ impl Pipe {
             && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.pool.has_waiters())
     }
 
+    /// How many bytes of replies the unit at the head may hold before the reader stops:
+    /// [`UNIT_BUFFER_BYTES_AHEAD`] while units of other clients wait behind it, else
+    /// [`UNIT_BUFFER_BYTES`].
+    fn head_limit(&self) -> usize {
+        let behind = self
+            .units
+            .borrow()
+            .iter()
+            .skip(1)
+            .any(|u| !u.abandoned.get());
+        if behind {
+            UNIT_BUFFER_BYTES_AHEAD
+        } else {
+            UNIT_BUFFER_BYTES
+        }
+    }
+
     /// The connection is free: wake the first client parked waiting for its unit's replies,
     /// so it reads (a client busy elsewhere — writing a large result to a slow client — takes
     /// the connection when it comes back; it does not hold up the others). Every unit
@@ -319,18 +336,14 @@ impl Pipe {
             }
             // Another client's unit holds a full buffer: read nothing more until it drains
             // (module doc), and let no new unit queue behind it meanwhile. Units of other
-            // clients already behind it raise its limit (see `UNIT_BUFFER_BYTES_AHEAD`).
-            let (head, behind) = {
-                let units = self.units.borrow();
-                let behind = units.iter().skip(1).any(|u| !u.abandoned.get());
-                (units.front().cloned(), behind)
-            };
-            let limit = if behind {
-                UNIT_BUFFER_BYTES_AHEAD
-            } else {
-                UNIT_BUFFER_BYTES
-            };
-            if let Some(head) = head.filter(|h| h.holds(limit)) {
+            // clients already behind it raise its limit (see `UNIT_BUFFER_BYTES_AHEAD`); the
+            // queue is looked at only once the head holds the lower limit.
+            let head = self.units.borrow().front().cloned();
+            let full = head
+                .filter(|h| h.holds(UNIT_BUFFER_BYTES))
+                .map(|h| (h, self.head_limit()))
+                .filter(|(h, limit)| h.holds(*limit));
+            if let Some((head, limit)) = full {
                 self.joinable.set(false);
                 poll_fn(|cx| {
                     if !head.holds(limit) || self.failed.borrow().is_some() {
