@@ -112,6 +112,32 @@ impl Drop for Setup {
     }
 }
 
+/// The upstream's backends of `users` (an SQL list: `'alice', 'bob'`).
+fn backends(pg: &Postgres, users: &str) -> usize {
+    pg.query_value(&format!(
+        "select count(*) from pg_stat_activity where usename in ({users})"
+    ))
+    .parse()
+    .unwrap()
+}
+
+/// Wait (at most `within`) until the upstream has `want` backends of `users`: a backend
+/// exits a moment after ringwire closes its connection.
+fn backends_settle_at(pg: &Postgres, users: &str, want: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = backends(pg, users);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{users}: {got} connections, not {want}, after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// ringwire's rules: dave by trust, everyone else md5 (which, as in PostgreSQL, is SCRAM for
 /// users whose secret is a SCRAM verifier).
 const HBA_MD5: &str = "local all dave trust\n\
@@ -469,11 +495,7 @@ async fn isolation_under_load(pipeline: &str, cap: Option<&str>) {
         assert!((1..=2).contains(&n), "{n} connections of {user}@{db}");
     }
     if let Some(cap) = cap {
-        let n: usize = s
-            .pg
-            .query_value("select count(*) from pg_stat_activity where usename in ('alice', 'bob')")
-            .parse()
-            .unwrap();
+        let n = backends(&s.pg, "'alice', 'bob'");
         assert!(
             n <= cap.parse().unwrap(),
             "{n} connections over a cap of {cap}"
@@ -506,32 +528,14 @@ async fn the_connection_cap_holds_over_every_user() {
         HBA_MD5,
         &["--shards", "1", "--upstream-max-connections", "2"],
     );
-    let count = |users: &str| {
-        s.pg.query_value(&format!(
-            "select count(*) from pg_stat_activity where usename in ({users})"
-        ))
-    };
-    // A closed connection's backend exits a moment after ringwire lets go of it.
-    let settles_at = |users: &str, want: &str| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let got = count(users);
-            if got == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{users}: {got} connections, not {want}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let settles_at =
+        |users: &str, want: usize| backends_settle_at(&s.pg, users, want, Duration::from_secs(5));
     let all = "'alice', 'bob', 'carol'";
     let alice = connect(&rw, "alice", "alice-pw", "postgres").await;
     alice.batch_execute("begin; select 1").await.unwrap();
     let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
     bob.batch_execute("begin; select 1").await.unwrap();
-    settles_at(all, "2");
+    settles_at(all, 2);
     // Both connections are in transactions: carol's login waits for one.
     let port = rw.port;
     let carol = tokio::spawn(async move {
@@ -543,7 +547,7 @@ async fn the_connection_cap_holds_over_every_user() {
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!carol.is_finished(), "carol logged in over the cap");
-    assert_eq!(count(all), "2");
+    assert_eq!(backends(&s.pg, all), 2);
     // alice's connection, given back, is closed for carol (nobody of alice's waits for it).
     alice.batch_execute("commit").await.unwrap();
     let carol = tokio::time::timeout(Duration::from_secs(10), carol)
@@ -551,8 +555,8 @@ async fn the_connection_cap_holds_over_every_user() {
         .expect("carol still waits after alice's connection was given back")
         .unwrap();
     assert_eq!(identity(&carol).await, ids("carol", "postgres"));
-    settles_at("'alice'", "0");
-    settles_at(all, "2");
+    settles_at("'alice'", 0);
+    settles_at(all, 2);
     // carol's connection is idle now and bob's in a transaction: alice's next statement
     // closes carol's at once rather than wait.
     let started = Instant::now();
@@ -562,11 +566,11 @@ async fn the_connection_cap_holds_over_every_user() {
         "{:?}",
         started.elapsed()
     );
-    settles_at("'carol'", "0");
-    settles_at(all, "2");
+    settles_at("'carol'", 0);
+    settles_at(all, 2);
     bob.batch_execute("commit").await.unwrap();
     assert_eq!(identity(&carol).await, ids("carol", "postgres"));
-    settles_at(all, "2");
+    settles_at(all, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -747,18 +751,9 @@ async fn idle_connections_of_a_user_nobody_uses_are_closed() {
     );
     let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
     assert_eq!(identity(&bob).await, ids("bob", "postgres"));
-    let count = || {
-        s.pg.query_value("select count(*) from pg_stat_activity where usename = 'bob'")
-    };
     drop(bob);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while count() != "0" {
-        assert!(
-            Instant::now() < deadline,
-            "bob's idle connection was never closed"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // bob's idle connection is closed.
+    backends_settle_at(&s.pg, "'bob'", 0, Duration::from_secs(10));
     // A new client of bob's gets a fresh connection.
     let bob = connect(&rw, "bob", "bob-pw", "postgres").await;
     assert_eq!(identity(&bob).await, ids("bob", "postgres"));
