@@ -302,6 +302,50 @@ async fn a_statement_waiting_for_a_busy_pool_times_out_or_is_cancelled_and_its_c
     assert_eq!(row.get::<_, i32>(0), 6);
 }
 
+/// Timer flags at their largest (u64::MAX seconds: "never", as far as anyone can tell) do not
+/// break a shard: the idle reaper, the health-check delay and a wait for a busy pool all sleep
+/// that long without overflowing the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timer_flags_at_their_largest_are_accepted_and_work() {
+    let pg = Postgres::start();
+    let max = u64::MAX.to_string();
+    let rw = start_with(
+        &pg,
+        "1",
+        "1",
+        &[
+            "--upstream-idle-timeout-secs",
+            &max,
+            "--upstream-check-delay-secs",
+            &max,
+            "--upstream-wait-timeout-secs",
+            &max,
+        ],
+    );
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    a.batch_execute("begin; select 1").await.unwrap();
+    // b waits for the only connection (a timer of u64::MAX seconds is armed), then gets it.
+    let waiter = tokio::spawn(async move {
+        let rows = b.simple_query("select 7").await.unwrap();
+        (first_value(&rows), b)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "b did not wait for the connection");
+    a.batch_execute("commit").await.unwrap();
+    let (seven, b) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("b never got the connection")
+        .unwrap();
+    assert_eq!(seven, "7");
+    for client in [&a, &b] {
+        assert_eq!(
+            first_value(&client.simple_query("select 1").await.unwrap()),
+            "1"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_vanishes_mid_transaction_is_rolled_back_upstream() {
     let pg = Postgres::start();

@@ -12,8 +12,14 @@ use std::time::{Duration, Instant};
 
 use crate::uring::{self, Driver};
 
-/// A future that completes `duration` from now.
+/// The longest a sleep lasts: a century. Flags take timeouts in seconds up to `u64::MAX`,
+/// which no `Instant` can reach (adding it panics, and took the shard down); any sleep this
+/// long is "never" to whoever asked for it.
+const LONGEST_SLEEP: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// A future that completes `duration` from now (at most [`LONGEST_SLEEP`]).
 pub fn sleep(duration: Duration) -> Sleep {
+    let duration = duration.min(LONGEST_SLEEP);
     let deadline = Instant::now() + duration;
     match uring::current() {
         Some(driver) => Sleep::Uring {
