@@ -217,6 +217,14 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     balance_connections: OnOff,
 
+    /// Run the shard threads as SCHED_BATCH: a shard woken by a client's or an upstream's
+    /// bytes does not preempt the thread that is running on that core, but waits for it to
+    /// yield, so several messages are ready when the shard runs and one turn serves them all.
+    /// Matters only when the cores are shared (clients or an upstream PostgreSQL on the same
+    /// host); `off`: the default policy, a woken shard preempts at once.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    sched_batch: OnOff,
+
     /// Log level: error, warn, info, debug or trace. `info` logs one line per connection
     /// opened or closed and per error sent (with its SQLSTATE), never per successful
     /// statement. RUST_LOG, when set, overrides it (env_logger syntax, e.g. `ringwire=debug`).
@@ -347,6 +355,7 @@ fn build_config(cli: Cli) -> Result<ServerConfig, String> {
         wire_floor: cli.wire_floor,
         idle_spin: Duration::from_micros(cli.idle_spin_us),
         balance_connections: cli.balance_connections == OnOff::On,
+        sched_batch: cli.sched_batch == OnOff::On,
         io: choose_io(cli.io)?,
         unix_socket_dir: cli.unix_socket_dir,
         tls: shards::tls::Tls::load(

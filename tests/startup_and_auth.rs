@@ -210,3 +210,60 @@ async fn startup_parameters_apply_and_bad_ones_are_fatal() {
         .expect("unknown setting refused");
     assert_eq!(err.code(), Some(&SqlState::UNDEFINED_OBJECT), "{err}");
 }
+
+/// The scheduling policy (`/proc` stat field 41) of each of `pid`'s threads named shard-*.
+fn shard_policies(pid: u32) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap();
+        if !comm.starts_with("shard-") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        // Fields after the parenthesised name start at field 3; policy is field 41.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy = after.split(' ').nth(41 - 3).unwrap().parse().unwrap();
+        out.push((comm.trim().to_string(), policy));
+    }
+    out
+}
+
+/// `--sched-batch` (on by default): every shard's executor thread is SCHED_BATCH, so a shard
+/// woken by a client does not preempt the thread running on its core (docs/PERF.md, "Session
+/// 11"); `off` leaves the default policy. Both serve queries.
+#[tokio::test]
+async fn shard_threads_run_as_sched_batch_unless_turned_off() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    for (flags, want) in [
+        (&[][..], SCHED_BATCH),
+        (&["--sched-batch", "off"][..], SCHED_OTHER),
+    ] {
+        let mut args = vec!["--shards", "2"];
+        args.extend_from_slice(flags);
+        let rw = Ringwire::start(&args);
+        let (client, conn) = tokio_postgres::connect(&rw.connection_string("postgres"), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let row = client.query_one("select 1::int4", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), 1);
+        let policies = shard_policies(rw.pid());
+        for shard in 0..2 {
+            let name = format!("shard-{shard}-");
+            assert!(
+                policies
+                    .iter()
+                    .any(|(n, p)| n.starts_with(&name) && *p == want),
+                "{flags:?}: no thread {name}* with policy {want}: {policies:?}"
+            );
+        }
+        assert!(
+            policies
+                .iter()
+                .all(|(_, p)| *p != SCHED_BATCH || want == SCHED_BATCH),
+            "{flags:?}: {policies:?}"
+        );
+    }
+}

@@ -51,6 +51,8 @@ pub struct ServerConfig {
     /// least loaded (false: TCP connections stay where SO_REUSEPORT put them; Unix-domain ones
     /// are always dealt, the kernel does not spread them at all).
     pub balance_connections: bool,
+    /// Shard threads run as SCHED_BATCH (`--sched-batch`): woken, they do not preempt.
+    pub sched_batch: bool,
     /// Which socket path the shards use.
     pub io: IoMode,
     /// Also listen on the Unix-domain socket `DIR/.s.PGSQL.<port>`, as PostgreSQL does.
@@ -86,6 +88,7 @@ impl Default for ServerConfig {
             wire_floor: false,
             idle_spin: DEFAULT_IDLE_SPIN,
             balance_connections: true,
+            sched_batch: true,
             io: IoMode::Uring,
             unix_socket_dir: None,
             tls: crate::tls::Tls::default(),

@@ -245,6 +245,9 @@ where
             .name(&format!("shard-{id}"))
             .io_memory(config.io_memory_bytes)
             .spawn(move || async move {
+                if config.sched_batch {
+                    batch_policy(id);
+                }
                 crate::metrics::install(Rc::new(crate::metrics::ShardMetrics::new(
                     id,
                     config.metrics_enabled,
@@ -299,6 +302,23 @@ where
         h.join().map_err(|e| format!("shard {id} stopped: {e}"))?;
     }
     Ok(())
+}
+
+/// Make the calling thread SCHED_BATCH (`--sched-batch`). Linux does not let a woken
+/// SCHED_BATCH thread preempt the one running (`check_preempt_wakeup_fair` returns early for
+/// any policy but SCHED_NORMAL), so a shard woken by one client's bytes waits until that core's
+/// thread sleeps or its slice ends, and by then more clients' bytes (or an upstream's replies)
+/// are there for the same turn. Measured in docs/PERF.md ("Session 11"). A failure only loses
+/// that, so it is a warning.
+fn batch_policy(shard: usize) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+        log::warn!(
+            "shard {shard}: cannot set SCHED_BATCH ({}); it runs with the default policy",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// What other shards send to this one.
