@@ -19,13 +19,15 @@
 # `select * from t` at CLIENTS (default "1 16 64 512") connections, the four targets run
 # back to back in each of ROUNDS rounds (default 3) of SECONDS s each (default 5); prints
 # every run, then per cell the medians and the ratios of ringwire (on) to the others.
+# RINGWIRE_FLAGS (e.g. "--sched-batch on") go to both ringwire instances.
 set -euo pipefail
 if [ "${1:-}" = pipeline ]; then
     pg=${2:?PG_PORT}; bouncer=${3:?PGBOUNCER_PORT}; bin=${4:-target/release/ringwire}
     seconds=${SECONDS_PER_RUN:-5}
+    read -r -a extra <<< "${RINGWIRE_FLAGS:-}"
     start_rw() { # PORT PIPELINE
         "$bin" --listen 127.0.0.1:$1 --shards 2 --upstream-pool-size 16 --upstream-pipeline "$2" \
-            --upstream "postgres://postgres@127.0.0.1:$pg/postgres" --log-level warn >/dev/null &
+            --upstream "postgres://postgres@127.0.0.1:$pg/postgres" --log-level warn "${extra[@]}" >/dev/null &
     }
     start_rw 15875 on; on_pid=$!
     start_rw 15876 off; off_pid=$!

@@ -219,10 +219,11 @@ struct Cli {
 
     /// Run the shard threads as SCHED_BATCH: a shard woken by a client's or an upstream's
     /// bytes does not preempt the thread that is running on that core, but waits for it to
-    /// yield, so several messages are ready when the shard runs and one turn serves them all.
-    /// Matters only when the cores are shared (clients or an upstream PostgreSQL on the same
-    /// host); `off`: the default policy, a woken shard preempts at once.
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    /// sleep or use up its slice, so several messages are ready when the shard runs and one
+    /// turn serves them all. For hosts where many clients and an upstream PostgreSQL share the
+    /// shards' cores (keeps `--upstream-pipeline on` batched); it costs latency wherever other
+    /// CPU-bound work runs on those cores, since every wake-up then waits out a slice.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
     sched_batch: OnOff,
 
     /// Log level: error, warn, info, debug or trace. `info` logs one line per connection

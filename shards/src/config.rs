@@ -88,7 +88,7 @@ impl Default for ServerConfig {
             wire_floor: false,
             idle_spin: DEFAULT_IDLE_SPIN,
             balance_connections: true,
-            sched_batch: true,
+            sched_batch: false,
             io: IoMode::Uring,
             unix_socket_dir: None,
             tls: crate::tls::Tls::default(),

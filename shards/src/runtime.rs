@@ -308,8 +308,9 @@ where
 /// SCHED_BATCH thread preempt the one running (`check_preempt_wakeup_fair` returns early for
 /// any policy but SCHED_NORMAL), so a shard woken by one client's bytes waits until that core's
 /// thread sleeps or its slice ends, and by then more clients' bytes (or an upstream's replies)
-/// are there for the same turn. Measured in docs/PERF.md ("Session 11"). A failure only loses
-/// that, so it is a warning.
+/// are there for the same turn. Off by default: it costs latency wherever other CPU-bound
+/// work shares the cores (docs/PERF.md, "Session 11"). A failure only loses the batching, so
+/// it is a warning.
 fn batch_policy(shard: usize) {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.

@@ -70,7 +70,9 @@ impl ReplyBuf {
             self.start = 0;
         }
         if self.end + want > self.buf.len() {
-            let len = (self.end + want).max(self.buf.len() * 2);
+            let len = (self.end + want)
+                .max(self.buf.len() * 2)
+                .max(REPLY_BUF_BYTES);
             self.buf.resize(len, 0);
         }
         let n = stream.read(&mut self.buf[self.end..]).await?;
@@ -96,6 +98,16 @@ impl ReplyBuf {
         }
         self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
         self.end += bytes.len();
+    }
+
+    /// A buffer that owns no memory yet (it grows on first use): for a connection's buffer
+    /// that is handed over, where `Default` would allocate and zero 16 KiB only to drop it.
+    pub fn empty() -> Self {
+        ReplyBuf {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+        }
     }
 
     /// Give back a buffer that grew for one large message.

@@ -851,7 +851,7 @@ impl Session {
     /// the reply buffer for the next unit.
     fn give_back(&mut self, mut server: ServerConn) {
         if let Link::Shared(_) = server.link {
-            let buf = std::mem::take(&mut server.buf);
+            let buf = std::mem::replace(&mut server.buf, ReplyBuf::empty());
             if buf.data().is_empty() {
                 self.spare_buf = Some(buf);
             }
