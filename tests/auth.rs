@@ -8,8 +8,9 @@ mod common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::eventually;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use tokio_postgres::{Client, NoTls};
@@ -525,14 +526,6 @@ async fn sasl_edge_cases_behave_as_postgres_does() {
     assert_eq!(connect(rw.port, "ray", "ray-pw", "postgres").await, Ok(()));
 }
 
-async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn sighup(rw: &Ringwire) {
     let status = Command::new("kill")
         .args(["-HUP", &rw.pid().to_string()])
@@ -573,7 +566,7 @@ async fn sighup_reloads_users_and_rules_without_dropping_connections() {
 
     write(&users_path, &format!("{ann}{cat}"));
     sighup(&rw);
-    wait_until("cat can log in", async || {
+    eventually(Duration::from_secs(15), "cat can log in", async || {
         connect(port, "cat", "cat-pw", "postgres").await.is_ok()
     })
     .await;
@@ -596,9 +589,11 @@ async fn sighup_reloads_users_and_rules_without_dropping_connections() {
     // Fixed files load on the next SIGHUP: the rule now rejects everyone new.
     write(&users_path, &format!("{ann}{cat}"));
     sighup(&rw);
-    wait_until("the reject rule applies", async || {
-        connect(port, "cat", "cat-pw", "postgres").await.is_err()
-    })
+    eventually(
+        Duration::from_secs(15),
+        "the reject rule applies",
+        async || connect(port, "cat", "cat-pw", "postgres").await.is_err(),
+    )
     .await;
     assert_eq!(
         connect(port, "ann", "ann-pw", "postgres")

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::client::{connect, connect_on_shard, shard_of, text_rows};
 use common::ringwire::Ringwire;
+use common::{eventually, eventually_ok};
 use tokio_postgres::{error::SqlState, Client, SimpleQueryMessage};
 
 /// One connection on each of `shards` shards, in shard order.
@@ -155,18 +156,15 @@ async fn a_held_snapshot_survives_compaction_and_versions_are_bounded_after_it()
     long.batch_execute("commit").await.unwrap();
     assert_eq!(Stats::of(&long, 1).await.get("open_snapshots"), 0);
     // Nothing is written any more: the compaction timer alone must bring it down.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n = versions(on_compute, "hot").await;
-        if n == 10 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "versions not compacted after the snapshot ended: {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_ok(
+        Duration::from_secs(5),
+        "versions are compacted to 10 after the snapshot ended",
+        async || match versions(on_compute, "hot").await {
+            10 => Ok(()),
+            n => Err(format!("{n} versions")),
+        },
+    )
+    .await;
     let index_entries = one_value(
         on_compute,
         "select index_entries from ringwire.table_stats where table_name = 'hot'",
@@ -178,11 +176,12 @@ async fn a_held_snapshot_survives_compaction_and_versions_are_bounded_after_it()
     for _ in 0..ROUNDS {
         remote.execute(update, &[]).await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while versions(on_compute, "hot").await > 10 {
-        assert!(Instant::now() < deadline, "versions not compacted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        "versions are compacted",
+        async || versions(on_compute, "hot").await <= 10,
+    )
+    .await;
     assert_eq!(
         one_value(&long, "select sum(v) from hot").await,
         (20 * ROUNDS).to_string()

@@ -5,11 +5,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::client::{connect_on_shard, connect_to, linearizability, text_rows};
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
+use common::{eventually, eventually_ok};
 use tokio_postgres::Client;
 
 /// What a simple query answered: rows as text, or the SQLSTATE.
@@ -259,14 +260,12 @@ async fn a_block_on_the_replica_keeps_its_snapshot_and_replica_versions_stay_bou
     }
     // The replica has applied the updates (its applied timestamp reached the last commit)
     // yet keeps the versions the block's snapshot needs.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stat(&stats, 1, "replica_applied").await < 301 {
-        assert!(
-            Instant::now() < deadline,
-            "the replica never applied the updates"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        "the replica applied the updates",
+        async || stat(&stats, 1, "replica_applied").await >= 301,
+    )
+    .await;
     let hits_before = stat(&stats, 1, "replica_hits").await;
     for _ in 0..5 {
         assert_eq!(
@@ -290,18 +289,15 @@ async fn a_block_on_the_replica_keeps_its_snapshot_and_replica_versions_stay_bou
 
     // With the snapshot gone, the replica's compaction (timer or commit count) brings it back
     // to one version per row.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let versions = stat(&stats, 1, "replica_versions").await;
-        if versions == 10 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "replica versions stayed at {versions} after the snapshot ended"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_ok(
+        Duration::from_secs(5),
+        "replica versions are back to 10 after the snapshot ended",
+        async || match stat(&stats, 1, "replica_versions").await {
+            10 => Ok(()),
+            versions => Err(format!("they stayed at {versions}")),
+        },
+    )
+    .await;
 
     // A writing block reads its own intents: that read goes to the compute.
     block.batch_execute("begin").await.unwrap();

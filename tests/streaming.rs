@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::eventually_blocking_ok;
 use common::postgres::Postgres;
 use common::ringwire::{rss_kib, Ringwire};
 use protocol::frontend;
@@ -558,18 +559,15 @@ fn a_paused_result_reads_one_snapshot_and_releases_it() {
 }
 
 fn wait_for_versions(rw: &Ringwire, live: i64, label: &str, when: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let v = versions(rw, "wide");
-        if v == live {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{label}: {v} versions of {live} live rows {when}: a snapshot is still held"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually_blocking_ok(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        &format!("{label}: no snapshot is held {when}"),
+        || match versions(rw, "wide") {
+            v if v == live => Ok(()),
+            v => Err(format!("{v} versions of {live} live rows")),
+        },
+    );
 }
 
 /// statement_timeout and a CancelRequest end a result that is being sent between chunks:

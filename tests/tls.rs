@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use common::eventually_blocking;
 use common::postgres::Postgres;
 use common::ringwire::{rss_kib, Ringwire};
 use common::wire::{self, read_messages, simple_query};
@@ -620,14 +621,12 @@ async fn tls_files_reload_on_sighup() {
         assert!(status.success());
     };
     hup();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while verify(&second, "user=bob") != "ok" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new certificate was not taken up"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    eventually_blocking(
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(50),
+        "the new certificate is taken up",
+        || verify(&second, "user=bob") == "ok",
+    );
     assert_ne!(
         verify(&first, "user=bob"),
         "ok",

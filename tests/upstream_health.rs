@@ -9,6 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::client::connect;
+use common::eventually_blocking;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -87,11 +88,12 @@ async fn an_idle_connection_that_died_or_hangs_is_replaced_unseen() {
         pg.query_value(&format!("select pg_terminate_backend({first})")),
         "t"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while client_backends(&pg).contains(&first) {
-        assert!(Instant::now() < deadline, "backend {first} did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        &format!("backend {first} exited"),
+        || !client_backends(&pg).contains(&first),
+    );
     let started = Instant::now();
     let second = backend_pid(&client).await;
     assert_ne!(second, first);
@@ -129,13 +131,12 @@ async fn connections_idle_past_the_idle_timeout_are_closed() {
     assert!(client_backends(&pg).contains(&pid));
     // Closed within 1.25 × the timeout by the pool's reaper, with no client activity.
     let started = Instant::now();
-    while client_backends(&pg).contains(&pid) {
-        assert!(
-            started.elapsed() < Duration::from_secs(4),
-            "the idle connection was not closed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually_blocking(
+        Duration::from_secs(4),
+        Duration::from_millis(50),
+        "the idle connection is closed",
+        || !client_backends(&pg).contains(&pid),
+    );
     assert!(started.elapsed() >= Duration::from_millis(500));
     // The client is unaffected: its next statement opens a new connection.
     assert_ne!(backend_pid(&client).await, pid);

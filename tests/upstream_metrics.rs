@@ -10,6 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::client::connect;
+use common::eventually;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 
@@ -144,18 +145,17 @@ async fn metrics_in_upstream_mode_show_clients_statements_and_pools() {
     assert_eq!(sum(&after, "ringwire_upstream_replica_reads_total"), 0.0);
     // Clients that leave leave the gauge.
     drop(clients);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sum(
-        &scrape(metrics_port),
-        "ringwire_upstream_client_connections",
-    ) != 0.0
-    {
-        assert!(
-            Instant::now() < deadline,
-            "client connections not counted down"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        "client connections are counted down",
+        async || {
+            sum(
+                &scrape(metrics_port),
+                "ringwire_upstream_client_connections",
+            ) == 0.0
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,18 +181,18 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
         .await
         .unwrap();
     // Until a read reaches the standby.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = client
-            .query_one("select pg_is_in_recovery()", &[])
-            .await
-            .unwrap();
-        if r.get::<_, bool>(0) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no read reached the replica");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "a read reaches the replica",
+        async || {
+            client
+                .query_one("select pg_is_in_recovery()", &[])
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        },
+    )
+    .await;
     // A write the text scan sends to the standby (`lower(int)` here writes): refused there,
     // run again on the primary. One retry, and its statement counted once.
     client
@@ -202,16 +202,18 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
         )
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !client
-        .query_one("select pg_is_in_recovery()", &[])
-        .await
-        .unwrap()
-        .get::<_, bool>(0)
-    {
-        assert!(Instant::now() < deadline, "the standby never came back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the standby comes back",
+        async || {
+            client
+                .query_one("select pg_is_in_recovery()", &[])
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        },
+    )
+    .await;
     let before = scrape(metrics_port);
     client.simple_query("select lower(5)").await.unwrap();
     let after = scrape(metrics_port);

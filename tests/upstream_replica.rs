@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::client::connect;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
+use common::{eventually, eventually_blocking};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 fn start(primary: &Postgres, standby: &Postgres, shards: &str) -> Ringwire {
@@ -57,14 +58,12 @@ async fn read(client: &Client) -> (i64, bool) {
 /// Until a default-isolation read reaches the standby (it joins the rotation after its first
 /// poll), at most 10 s.
 async fn until_replica_serves(client: &Client) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !read(client).await.1 {
-        assert!(
-            Instant::now() < deadline,
-            "no read reached the replica within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "a read reaches the replica",
+        async || read(client).await.1,
+    )
+    .await;
 }
 
 async fn setup(rw: &Ringwire) -> Client {
@@ -259,11 +258,12 @@ async fn a_replica_killed_mid_run_costs_no_client_errors_and_comes_back() {
 
 /// Wait until a strict read on `client` gets `v` from the standby, then pause its replay.
 async fn paused_after_catching_up(standby: &Postgres, client: &Client, v: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while read(client).await != (v, true) {
-        assert!(Instant::now() < deadline, "the standby never served {v}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        &format!("the standby serves {v}"),
+        async || read(client).await == (v, true),
+    )
+    .await;
     standby.query_value("select pg_wal_replay_pause()");
 }
 
@@ -374,11 +374,12 @@ async fn pgbench_with_a_replica_in_every_protocol_mode() {
         // flushes its statistics on exit (while connected, only every second or so).
         let rw = start(&primary, &standby, "2");
         let probe = connect(&rw).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while row(&probe, "select pg_is_in_recovery()").await[0] != "t" {
-            assert!(Instant::now() < deadline, "the replica never served a read");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(
+            Duration::from_secs(10),
+            "the replica serves a read",
+            async || row(&probe, "select pg_is_in_recovery()").await[0] == "t",
+        )
+        .await;
         drop(probe);
         let before = standby_account_reads(&standby);
         let report = common::pgbench::run(
@@ -710,21 +711,20 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
         );
         // Until this connection's shard routes reads to the standby (its poller starts with
         // the shard's first read).
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            raw.write_all(&simple_query("select pg_is_in_recovery()"))
-                .await
-                .unwrap();
-            let replies = read_messages(&mut raw).await;
-            if replies
-                .iter()
-                .any(|(tag, body)| *tag == b'D' && body.ends_with(b"t"))
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no read reached the replica");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(
+            Duration::from_secs(10),
+            "a read reaches the replica",
+            async || {
+                raw.write_all(&simple_query("select pg_is_in_recovery()"))
+                    .await
+                    .unwrap();
+                read_messages(&mut raw)
+                    .await
+                    .iter()
+                    .any(|(tag, body)| *tag == b'D' && body.ends_with(b"t"))
+            },
+        )
+        .await;
         let mut batch = Vec::new();
         for sql in [
             "BEGIN READ ONLY",
@@ -942,14 +942,12 @@ async fn writes_follow_the_primary_to_a_promoted_standby() {
     };
     assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
     // The standby has the row before the primary goes.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while standby.query_value("select count(*) from kv") != "1" {
-        assert!(
-            Instant::now() < deadline,
-            "the standby did not replay the row"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        "the standby replayed the row",
+        || standby.query_value("select count(*) from kv") == "1",
+    );
     primary = tokio::task::spawn_blocking(move || {
         primary.kill();
         primary

@@ -13,6 +13,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::eventually_blocking_ok;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
 use tokio_postgres::error::SqlState;
@@ -124,18 +125,15 @@ fn backends(pg: &Postgres, users: &str) -> usize {
 /// Wait (at most `within`) until the upstream has `want` backends of `users`: a backend
 /// exits a moment after ringwire closes its connection.
 fn backends_settle_at(pg: &Postgres, users: &str, want: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let got = backends(pg, users);
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{users}: {got} connections, not {want}, after {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually_blocking_ok(
+        within,
+        Duration::from_millis(50),
+        &format!("{users} have {want} connections"),
+        || match backends(pg, users) {
+            got if got == want => Ok(()),
+            got => Err(format!("they have {got}")),
+        },
+    );
 }
 
 /// ringwire's rules: dave by trust, everyone else md5 (which, as in PostgreSQL, is SCRAM for

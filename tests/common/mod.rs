@@ -7,6 +7,8 @@ pub mod postgres;
 pub mod ringwire;
 pub mod wire;
 
+use std::time::{Duration, Instant};
+
 /// Run a set-up command to its end; panics naming `what`, with its output, unless it
 /// succeeds.
 pub fn succeed(what: &str, cmd: &mut std::process::Command) {
@@ -19,4 +21,71 @@ pub fn succeed(what: &str, cmd: &mut std::process::Command) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Ask `check` every 20 ms until it returns true; panics naming `what` (a condition: "the
+/// replica serves reads") and `within` if it has not after `within`.
+pub async fn eventually(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    eventually_ok(within, what, async || holds(check().await)).await;
+}
+
+/// [`eventually`] for a check that says what it saw: `Ok(())` once `what` holds, until then
+/// `Err` describing the state, which the panic repeats.
+pub async fn eventually_ok(
+    within: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<(), String>,
+) {
+    let deadline = Instant::now() + within;
+    while let Err(state) = check().await {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            timed_out(within, what, &state)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// [`eventually`] for a blocking check (a psql run, a read of /proc) in code that is not
+/// async, asked every `every`: a check that starts a process is asked less often.
+pub fn eventually_blocking(
+    within: Duration,
+    every: Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+) {
+    eventually_blocking_ok(within, every, what, || holds(check()));
+}
+
+/// [`eventually_ok`] for a blocking check, asked every `every`.
+pub fn eventually_blocking_ok(
+    within: Duration,
+    every: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<(), String>,
+) {
+    let deadline = Instant::now() + within;
+    while let Err(state) = check() {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            timed_out(within, what, &state)
+        );
+        std::thread::sleep(every);
+    }
+}
+
+/// A true/false check as an [`eventually_ok`] one, with nothing to describe.
+fn holds(ok: bool) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(String::new())
+    }
+}
+
+fn timed_out(within: Duration, what: &str, state: &str) -> String {
+    let sep = if state.is_empty() { "" } else { ": " };
+    format!("timed out after {within:?} waiting until {what}{sep}{state}")
 }
