@@ -208,6 +208,51 @@ async fn a_transaction_pins_its_connection_until_it_ends() {
     assert_eq!(pid_b, pid_in_tx);
 }
 
+/// A temporary table lives on the upstream connection it was made on, so however it is made
+/// (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`) its session is pinned to
+/// that connection: the maker keeps seeing it and no other client ever does, while the maker
+/// is connected or after it left, as with PostgreSQL's own sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_temporary_table_pins_its_session_and_no_other_client_sees_it() {
+    let pg = Postgres::start();
+    // Two upstream connections. Unpinned, the maker's connection would go back to the pool
+    // and B would be served on it (the pool hands out the one given back last).
+    let rw = start(&pg, "1", "2");
+    let undefined = |e: tokio_postgres::Error, what: &str| {
+        assert_eq!(e.code(), Some(&SqlState::UNDEFINED_TABLE), "{what}: {e}");
+    };
+    for (i, make) in [
+        "create temp table leak1 (a int)",
+        "select 1 as a into temp leak2",
+        "select 1 as a into temporary table leak3",
+        "create table pg_temp.leak4 (a int)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let count = format!("select count(*) from leak{}", i + 1);
+        let a = connect(&rw).await;
+        a.batch_execute(make).await.unwrap();
+        let b = connect(&rw).await;
+        let e = b.simple_query(&count).await.expect_err("B saw A's table");
+        undefined(e, make);
+        for _ in 0..3 {
+            a.simple_query(&count).await.unwrap();
+        }
+        drop((a, b));
+        // After A left: both upstream connections, each held by a transaction of its own.
+        let (c1, c2) = (connect(&rw).await, connect(&rw).await);
+        for c in [&c1, &c2] {
+            c.batch_execute("begin").await.unwrap();
+            let e = c
+                .simple_query(&count)
+                .await
+                .expect_err("A's table outlived A");
+            undefined(e, make);
+        }
+    }
+}
+
 /// B's `insert` waits for the only upstream connection, which A's transaction holds, until
 /// it fails (cancelled by `token` when `cancel`); the error and how long it took.
 async fn blocked(

@@ -140,10 +140,38 @@ fn plainly_stateless(sql: &str) -> bool {
         Some(i) => sql[i + 1..].trim().is_empty(),
     };
     let b = sql.as_bytes();
+    // `SELECT … INTO TEMP t` (also under WITH or EXPLAIN ANALYZE) creates a temporary table:
+    // such a read takes the slow path, which looks for TEMP. INSERT INTO does not.
+    let may_select_into = ["select", "with", "explain"]
+        .iter()
+        .any(|w| first.eq_ignore_ascii_case(w))
+        && contains_ignore_case(b, b"into");
     stateless
         && one_statement
+        && !may_select_into
         && !contains_ignore_case(b, b"advisory")
         && !contains_ignore_case(b, b"set_config")
+}
+
+/// Whether `stmt` creates a temporary object, which lives as long as the upstream
+/// connection: `SELECT … INTO TEMP[ORARY]` (what `CREATE TEMP` in [`classify`]'s leading
+/// words does not see) or a `CREATE` naming the `pg_temp` schema (`CREATE TABLE pg_temp.x`).
+fn creates_temp_object(stmt: &str) -> bool {
+    let mut first = None;
+    let (mut into, mut temp, mut pg_temp) = (false, false, false);
+    for_each_word(stmt, |word, _| {
+        let is = |w: &str| word.eq_ignore_ascii_case(w);
+        first.get_or_insert(word);
+        into |= is("into");
+        temp |= is("temp") || is("temporary");
+        pg_temp |= word.len() >= 7 && word[..7].eq_ignore_ascii_case("pg_temp");
+        true
+    });
+    match first {
+        Some(w) if w.eq_ignore_ascii_case("create") => pg_temp,
+        Some(_) => into && temp,
+        None => false,
+    }
 }
 
 /// The statement a Query that is only `DEALLOCATE [PREPARE] name` deallocates (lower-cased
@@ -189,6 +217,9 @@ pub fn classify(sql: &str) -> Effects {
         fx.pins = true;
     }
     for stmt in statements(sql) {
+        if creates_temp_object(stmt) {
+            fx.pins = true;
+        }
         let w = words(stmt, 4);
         let w: Vec<&str> = w.iter().map(String::as_str).collect();
         match w.as_slice() {
@@ -620,6 +651,9 @@ fn scan(sql: &str, mut f: impl FnMut(usize, Token) -> bool) {
                 }
                 i += 2;
             }
+            b'$' if b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                i += 1; // $1: a parameter (a dollar quote's tag cannot start with a digit)
+            }
             b'$' => {
                 let tag_end = b[i + 1..]
                     .iter()
@@ -644,10 +678,14 @@ fn scan(sql: &str, mut f: impl FnMut(usize, Token) -> bool) {
             }
             c if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {
                 let start = i;
+                // `$` after the first character belongs to the identifier (`job$queue$`),
+                // as in PostgreSQL's lexer: read as the start of a dollar quote, it would
+                // hide every word up to a matching tag.
                 while i < b.len()
                     && (b[i].is_ascii_alphanumeric()
                         || b[i] == b'_'
                         || b[i] == b'.'
+                        || b[i] == b'$'
                         || b[i] >= 0x80)
                 {
                     i += 1;
@@ -940,6 +978,12 @@ mod tests {
             "call p()",
             "do $$ begin end $$",
             "explain analyze delete from t",
+            // `$` inside an identifier is not a dollar quote hiding the rest.
+            "SELECT * FROM job$queue$ WHERE id = 1 FOR UPDATE SKIP LOCKED",
+            "select * from t a$$ for update",
+            "select * from t as a$x$ for update of a$x$",
+            "select 1 as x$q$ into temp t1",
+            "with d$x$ as (update t set v = 1 returning *) select * from d$x$",
             "select 'unterminated",
             "select E'\\' ",
             "",
@@ -1051,6 +1095,16 @@ mod tests {
         assert!(classify("select pg_advisory_lock(1)").pins);
         assert!(!classify("select pg_advisory_xact_lock(1)").pins);
         assert!(classify("CREATE TEMP TABLE t (a int)").pins);
+        // Temporary objects made another way pin the session too.
+        assert!(classify("SELECT 1 AS x INTO TEMP t1").pins);
+        assert!(classify("select * into temporary table t1 from t").pins);
+        assert!(classify("with a as (select 1) select * into local temp t1 from a").pins);
+        assert!(classify("explain analyze select 1 into temp t1").pins);
+        assert!(classify("CREATE TABLE pg_temp.t1 (a int)").pins);
+        assert!(classify("create view PG_TEMP.v as select 1").pins);
+        assert!(!classify("select * into t1 from t").pins);
+        assert!(!classify("insert into temp values (1)").pins);
+        assert!(!classify("create table t1 (a int)").pins);
         assert!(classify("prepare p as select 1").pins);
         assert!(classify("LISTEN c").pins);
         assert!(!classify("select ';SET x=1'").pins);
