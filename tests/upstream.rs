@@ -209,7 +209,8 @@ async fn a_transaction_pins_its_connection_until_it_ends() {
 }
 
 /// A temporary table lives on the upstream connection it was made on, so however it is made
-/// (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`) its session is pinned to
+/// (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`, a `search_path` that
+/// starts with `pg_temp`) its session is pinned to
 /// that connection: the maker keeps seeing it and no other client ever does, while the maker
 /// is connected or after it left, as with PostgreSQL's own sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,6 +227,8 @@ async fn a_temporary_table_pins_its_session_and_no_other_client_sees_it() {
         "select 1 as a into temp leak2",
         "select 1 as a into temporary table leak3",
         "create table pg_temp.leak4 (a int)",
+        // PostgreSQL creates unqualified tables in pg_temp when it comes first in the path.
+        "set search_path = pg_temp, public; create table leak5 (a int)",
     ]
     .iter()
     .enumerate()
