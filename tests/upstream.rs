@@ -208,50 +208,56 @@ async fn a_transaction_pins_its_connection_until_it_ends() {
     assert_eq!(pid_b, pid_in_tx);
 }
 
-/// A temporary table lives on the upstream connection it was made on, so however it is made
-/// (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`, a `search_path` that
-/// starts with `pg_temp`) its session is pinned to
-/// that connection: the maker keeps seeing it and no other client ever does, while the maker
-/// is connected or after it left, as with PostgreSQL's own sessions.
+/// A temporary table or a `WITH HOLD` cursor lives on the upstream connection it was made
+/// on, so however it is made (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`,
+/// a `search_path` that starts with `pg_temp`, `DECLARE … WITH HOLD` over two lines) its
+/// session is pinned to that connection: the maker keeps seeing it and no other client ever
+/// does, while the maker is connected or after it left, as with PostgreSQL's own sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_temporary_table_pins_its_session_and_no_other_client_sees_it() {
+async fn what_a_session_makes_pins_it_and_no_other_client_sees_it() {
     let pg = Postgres::start();
     // Two upstream connections. Unpinned, the maker's connection would go back to the pool
     // and B would be served on it (the pool hands out the one given back last).
     let rw = start(&pg, "1", "2");
-    let undefined = |e: tokio_postgres::Error, what: &str| {
-        assert_eq!(e.code(), Some(&SqlState::UNDEFINED_TABLE), "{what}: {e}");
+    let table = |n: u32| {
+        let probe = format!("select count(*) from leak{n}");
+        (probe, SqlState::UNDEFINED_TABLE)
     };
-    for (i, make) in [
-        "create temp table leak1 (a int)",
-        "select 1 as a into temp leak2",
-        "select 1 as a into temporary table leak3",
-        "create table pg_temp.leak4 (a int)",
+    let cases = [
+        ("create temp table leak1 (a int)", table(1)),
+        ("select 1 as a into temp leak2", table(2)),
+        ("select 1 as a into temporary table leak3", table(3)),
+        ("create table pg_temp.leak4 (a int)", table(4)),
         // PostgreSQL creates unqualified tables in pg_temp when it comes first in the path.
-        "set search_path = pg_temp, public; create table leak5 (a int)",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let count = format!("select count(*) from leak{}", i + 1);
+        (
+            "set search_path = pg_temp, public; create table leak5 (a int)",
+            table(5),
+        ),
+        (
+            "declare leak6 cursor with\n hold for select 1",
+            ("fetch all from leak6".into(), SqlState::INVALID_CURSOR_NAME),
+        ),
+    ];
+    for (make, (probe, code)) in &cases {
+        let missing = |e: tokio_postgres::Error, who: &str| {
+            assert_eq!(e.code(), Some(code), "{make}: {who}: {e}");
+        };
         let a = connect(&rw).await;
         a.batch_execute(make).await.unwrap();
         let b = connect(&rw).await;
-        let e = b.simple_query(&count).await.expect_err("B saw A's table");
-        undefined(e, make);
+        missing(b.simple_query(probe).await.expect_err("B saw it"), "B");
         for _ in 0..3 {
-            a.simple_query(&count).await.unwrap();
+            a.simple_query(probe).await.unwrap();
         }
         drop((a, b));
         // After A left: both upstream connections, each held by a transaction of its own.
         let (c1, c2) = (connect(&rw).await, connect(&rw).await);
         for c in [&c1, &c2] {
             c.batch_execute("begin").await.unwrap();
-            let e = c
-                .simple_query(&count)
-                .await
-                .expect_err("A's table outlived A");
-            undefined(e, make);
+            missing(
+                c.simple_query(probe).await.expect_err("it outlived A"),
+                "after A",
+            );
         }
     }
 }

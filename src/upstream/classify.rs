@@ -153,6 +153,18 @@ fn plainly_stateless(sql: &str) -> bool {
         && !contains_ignore_case(b, b"set_config")
 }
 
+/// Whether a DECLARE says `WITH HOLD` (any spacing, comments between): such a cursor outlives
+/// its transaction on the upstream connection.
+fn holds_cursor(stmt: &str) -> bool {
+    let (mut with, mut hold) = (false, false);
+    for_each_word(stmt, |word, _| {
+        hold = with && word.eq_ignore_ascii_case("hold");
+        with = word.eq_ignore_ascii_case("with");
+        !hold
+    });
+    hold
+}
+
 /// Whether `stmt` creates a temporary object, which lives as long as the upstream
 /// connection, or may make later statements do so: `SELECT … INTO TEMP[ORARY]` (what
 /// `CREATE TEMP` in [`classify`]'s leading words does not see), a `CREATE` naming the
@@ -254,7 +266,7 @@ pub fn classify(sql: &str) -> Effects {
             ["create", "temp" | "temporary", ..]
             | ["create", "global" | "local", "temp" | "temporary", ..]
             | ["create", "or", "replace", "temp" | "temporary", ..] => fx.pins = true,
-            ["declare", ..] if stmt.to_ascii_lowercase().contains("with hold") => fx.pins = true,
+            ["declare", ..] if holds_cursor(stmt) => fx.pins = true,
             ["savepoint", ..] | ["release", ..] => fx.savepoint = true,
             ["rollback", "to", ..] | ["rollback", "transaction" | "work", "to", ..] => {
                 fx.savepoint = true
@@ -1114,6 +1126,10 @@ mod tests {
         assert!(classify("SET search_path = pg_temp, public").pins);
         assert!(classify("set local search_path to 'PG_TEMP'").pins);
         assert!(!classify("set search_path = public").pins);
+        assert!(classify("DECLARE c CURSOR WITH\n  HOLD FOR select 1").pins);
+        assert!(classify("declare c cursor with /* x */ hold for select 1").pins);
+        assert!(!classify("declare c cursor without hold for select 1").pins);
+        assert!(!classify("declare c cursor for select 'with hold'").pins);
         assert!(classify("prepare p as select 1").pins);
         assert!(classify("LISTEN c").pins);
         assert!(!classify("select ';SET x=1'").pins);
