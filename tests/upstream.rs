@@ -170,6 +170,20 @@ async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() 
     assert_eq!(show(&c, "application_name").await, "upstream-test");
     assert_eq!(show(&c, "work_mem").await, "7MB");
     assert_ne!(show(&b, "work_mem").await, "7MB");
+    // A list given at startup is a list (`SET search_path TO 'a,b'` would name one schema
+    // "a,b"), as PostgreSQL itself reads it; and so is a value with a quote in it.
+    let startup = " options='-c search_path=pg_catalog,public' application_name=O\\'Brien";
+    let through = connect_to(&format!("{}{startup}", rw.connection_string("postgres"))).await;
+    let at_pg = connect_to(&format!("{}{startup}", pg.connection_string())).await;
+    for name in ["search_path", "application_name"] {
+        assert_eq!(
+            show(&through, name).await,
+            show(&at_pg, name).await,
+            "{name}"
+        );
+    }
+    assert_eq!(show(&through, "search_path").await, "pg_catalog,public");
+    assert_eq!(show(&through, "application_name").await, "O'Brien");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,7 +224,8 @@ async fn a_transaction_pins_its_connection_until_it_ends() {
 
 /// A temporary table or a `WITH HOLD` cursor lives on the upstream connection it was made
 /// on, so however it is made (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`,
-/// a `search_path` that starts with `pg_temp`, `DECLARE … WITH HOLD` over two lines) its
+/// a `search_path` that starts with `pg_temp`, set or given at startup, `DECLARE … WITH HOLD`
+/// over two lines) its
 /// session is pinned to that connection: the maker keeps seeing it and no other client ever
 /// does, while the maker is connected or after it left, as with PostgreSQL's own sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,12 +252,18 @@ async fn what_a_session_makes_pins_it_and_no_other_client_sees_it() {
             "declare leak6 cursor with\n hold for select 1",
             ("fetch all from leak6".into(), SqlState::INVALID_CURSOR_NAME),
         ),
+        // The same path as a startup parameter: pinned from the start.
+        ("create table leak7 (a int)", table(7)),
     ];
-    for (make, (probe, code)) in &cases {
+    for (i, (make, (probe, code))) in cases.iter().enumerate() {
         let missing = |e: tokio_postgres::Error, who: &str| {
             assert_eq!(e.code(), Some(code), "{make}: {who}: {e}");
         };
-        let a = connect(&rw).await;
+        let options = match i {
+            6 => " options='-c search_path=pg_temp,public'",
+            _ => "",
+        };
+        let a = connect_to(&format!("{}{options}", rw.connection_string("postgres"))).await;
         a.batch_execute(make).await.unwrap();
         let b = connect(&rw).await;
         missing(b.simple_query(probe).await.expect_err("B saw it"), "B");

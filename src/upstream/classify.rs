@@ -165,28 +165,36 @@ fn holds_cursor(stmt: &str) -> bool {
     hold
 }
 
+/// Whether a startup parameter (`name`, and its value or the SET that replays it) makes the
+/// session create temporary objects where it means plain ones: a `search_path` naming
+/// `pg_temp` (see [`creates_temp_object`]).
+pub fn startup_creates_temp_objects(name: &str, value: &str) -> bool {
+    name.eq_ignore_ascii_case("search_path") && contains_ignore_case(value.as_bytes(), b"pg_temp")
+}
+
 /// Whether `stmt` creates a temporary object, which lives as long as the upstream
 /// connection, or may make later statements do so: `SELECT … INTO TEMP[ORARY]` (what
 /// `CREATE TEMP` in [`classify`]'s leading words does not see), a `CREATE` naming the
-/// `pg_temp` schema (`CREATE TABLE pg_temp.x`), or a `SET` (`LOCAL` too) of a `search_path`
-/// naming `pg_temp`, after which PostgreSQL creates unqualified tables there.
+/// `pg_temp` schema (`CREATE TABLE pg_temp.x`), or a `SET` (`LOCAL` too) naming `pg_temp`
+/// (a `search_path`, however spelt or quoted: PostgreSQL then creates unqualified tables
+/// there).
 fn creates_temp_object(stmt: &str) -> bool {
     let mut first = None;
-    let (mut into, mut temp, mut pg_temp, mut search_path) = (false, false, false, false);
+    let (mut into, mut temp, mut pg_temp) = (false, false, false);
     for_each_word(stmt, |word, _| {
         let is = |w: &str| word.eq_ignore_ascii_case(w);
         first.get_or_insert(word);
         into |= is("into");
         temp |= is("temp") || is("temporary");
-        search_path |= is("search_path");
         pg_temp |= word.len() >= 7 && word[..7].eq_ignore_ascii_case("pg_temp");
         true
     });
-    // The value of `SET search_path TO 'pg_temp', …` may be quoted, so look at the text.
-    let names_pg_temp = || contains_ignore_case(stmt.as_bytes(), b"pg_temp");
     match first {
         Some(w) if w.eq_ignore_ascii_case("create") => pg_temp,
-        Some(w) if w.eq_ignore_ascii_case("set") => search_path && names_pg_temp(),
+        // The name and the value may be quoted (`SET "search_path" TO 'pg_temp'`): the text.
+        Some(w) if w.eq_ignore_ascii_case("set") => {
+            contains_ignore_case(stmt.as_bytes(), b"pg_temp")
+        }
         Some(_) => into && temp,
         None => false,
     }
@@ -1125,6 +1133,7 @@ mod tests {
         assert!(!classify("create table t1 (a int)").pins);
         assert!(classify("SET search_path = pg_temp, public").pins);
         assert!(classify("set local search_path to 'PG_TEMP'").pins);
+        assert!(classify("SET \"search_path\" TO pg_temp").pins);
         assert!(!classify("set search_path = public").pins);
         assert!(classify("DECLARE c CURSOR WITH\n  HOLD FOR select 1").pins);
         assert!(classify("declare c cursor with /* x */ hold for select 1").pins);

@@ -49,7 +49,8 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_only, begin_modes, classify, contains_ignore_case, deallocated, read_only, route,
-    sets_identity, tx_end, Isolation, Route, SetChange, TxControl, TxEnd,
+    sets_identity, startup_creates_temp_objects, tx_end, Isolation, Route, SetChange, TxControl,
+    TxEnd,
 };
 use super::client::{LoginError, ReplyBuf};
 use super::pipe::Lease;
@@ -216,8 +217,11 @@ pub struct Session {
     /// Transaction status of the last ReadyForQuery (`I`, `T`, `E`).
     tx: u8,
     statements: std::collections::HashMap<Box<str>, Rc<ClientStatement>>,
-    /// `SET name TO value` for each startup parameter: RESET ALL returns to these.
+    /// The statement that replays each startup parameter (see [`startup_set`]): RESET ALL
+    /// returns to these.
     startup_sets: Vec<(String, String)>,
+    /// Each startup parameter's value as the client sent it, by lower-cased name.
+    startup_values: Vec<(String, String)>,
     /// Committed SETs, by lower-cased name.
     sets: Vec<(String, String)>,
     settings: u64,
@@ -292,6 +296,31 @@ fn quote_literal(v: &str) -> String {
     format!("'{}'", v.replace('\'', "''"))
 }
 
+/// Settings whose value is a list of identifiers (PostgreSQL's GUC_LIST_QUOTE ones a session
+/// may set). `SET search_path TO 'a,b'` sets one schema named `a,b`, where the startup
+/// parameter `search_path=a,b` sets two.
+const LIST_SETTINGS: &[&str] = &[
+    "search_path",
+    "temp_tablespaces",
+    "local_preload_libraries",
+    "session_preload_libraries",
+];
+
+/// The statement that gives a connection the startup parameter `name` (lower-cased) =
+/// `value` as PostgreSQL's startup would: `SET name TO 'value'`, or for a list setting
+/// `set_config`, which reads the string as startup does.
+fn startup_set(name: &str, value: &str) -> String {
+    if LIST_SETTINGS.contains(&name) {
+        format!(
+            "SELECT pg_catalog.set_config({}, {}, false)",
+            quote_literal(name),
+            quote_literal(value)
+        )
+    } else {
+        format!("SET {name} TO {}", quote_literal(value))
+    }
+}
+
 fn valid_guc_name(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -309,12 +338,12 @@ fn lost(why: &str) -> PgError {
 impl Session {
     pub fn open(shard: Rc<ShardUpstream>, start: &SessionStart<'_>) -> Result<Session, PgError> {
         let mut startup_sets = Vec::new();
+        let mut startup_values = Vec::new();
         let mut add = |name: &str, value: &str| {
             if valid_guc_name(name) {
-                startup_sets.push((
-                    name.to_ascii_lowercase(),
-                    format!("SET {name} TO {}", quote_literal(value)),
-                ));
+                let lower = name.to_ascii_lowercase();
+                startup_sets.push((lower.clone(), startup_set(&lower, value)));
+                startup_values.push((lower, value.to_string()));
             } else {
                 log::info!("ignoring startup parameter {name:?}");
             }
@@ -340,7 +369,10 @@ impl Session {
         }
         // A startup `role` / `session_authorization` (`options=-c role=x`) is replayed as a SET
         // that RESET ALL does not undo: the session keeps its connection, as a SET ROLE would.
-        let pinned = startup_sets.iter().any(|(name, _)| sets_identity(name));
+        // So does a startup `search_path` naming `pg_temp`: its tables would be temporary.
+        let pinned = startup_sets
+            .iter()
+            .any(|(name, value)| sets_identity(name) || startup_creates_temp_objects(name, value));
         let settings = fingerprint(&startup_sets, &[]);
         let (staleness, serializable) = read_rules(&startup_sets, &[]);
         let (default_read_only, default_isolation) = tx_defaults(&startup_sets, &[]);
@@ -368,6 +400,7 @@ impl Session {
             tx: b'I',
             statements: Default::default(),
             startup_sets,
+            startup_values,
             sets: Vec::new(),
             settings,
             pending_sets: Vec::new(),
@@ -486,11 +519,10 @@ impl Session {
     /// The value the client asked for at startup, for the ParameterStatus it is shown.
     pub fn startup_value(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.startup_sets
+        self.startup_values
             .iter()
             .find(|(n, _)| *n == name)
-            .and_then(|(_, stmt)| stmt.split_once(" TO '"))
-            .map(|(_, v)| v.strip_suffix('\'').unwrap_or(v))
+            .map(|(_, v)| v.as_str())
     }
 
     /// The client is gone. A clean connection goes back to the pool; one in a transaction is
