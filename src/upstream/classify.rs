@@ -24,57 +24,11 @@ pub struct Effects {
     pub savepoint: bool,
 }
 
-/// Split `sql` into statements at semicolons outside quotes, dollar quotes and comments.
+/// Split `sql` into statements at semicolons outside quotes, dollar quotes and comments (the
+/// non-blank ones, by [`scan`]'s reading).
 fn statements(sql: &str) -> Vec<&str> {
-    let b = sql.as_bytes();
     let mut out = Vec::new();
-    let mut start = 0;
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'\'' | b'"' => {
-                let q = b[i];
-                i += 1;
-                while i < b.len() && b[i] != q {
-                    i += 1;
-                }
-            }
-            b'-' if b.get(i + 1) == Some(&b'-') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
-                    i += 1;
-                }
-                i += 1;
-            }
-            b'$' => {
-                // $tag$ ... $tag$
-                let tag_end = b[i + 1..]
-                    .iter()
-                    .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
-                    .map(|p| i + 1 + p);
-                if let Some(e) = tag_end.filter(|e| b.get(*e) == Some(&b'$')) {
-                    let tag = &sql[i..=e];
-                    match sql[e + 1..].find(tag) {
-                        Some(p) => i = e + 1 + p + tag.len() - 1,
-                        None => i = b.len(),
-                    }
-                }
-            }
-            b';' => {
-                out.push(&sql[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    out.push(&sql[start.min(sql.len())..]);
-    out.retain(|s| !s.trim().is_empty());
+    for_each_statement(sql, |stmt| out.push(stmt));
     out
 }
 
@@ -186,7 +140,11 @@ fn creates_temp_object(stmt: &str) -> bool {
         first.get_or_insert(word);
         into |= is("into");
         temp |= is("temp") || is("temporary");
-        pg_temp |= word.len() >= 7 && word[..7].eq_ignore_ascii_case("pg_temp");
+        // Bytes, not `&word[..7]`: a word may have a multi-byte character there.
+        pg_temp |= word
+            .as_bytes()
+            .get(..7)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"pg_temp"));
         true
     });
     match first {
@@ -598,7 +556,7 @@ pub fn tx_end(sql: &str, skip_begin: bool) -> TxEnd {
 
 /// Call `f` for each statement of `sql` (split at semicolons outside quotes and comments),
 /// without allocating.
-fn for_each_statement(sql: &str, mut f: impl FnMut(&str)) {
+fn for_each_statement<'a>(sql: &'a str, mut f: impl FnMut(&'a str)) {
     let mut start = 0;
     scan(sql, |i, token| {
         if let Token::Semicolon = token {
@@ -1131,6 +1089,7 @@ mod tests {
         assert!(!classify("select * into t1 from t").pins);
         assert!(!classify("insert into temp values (1)").pins);
         assert!(!classify("create table t1 (a int)").pins);
+        assert!(!classify("create table ab€€€ (a int)").pins);
         assert!(classify("SET search_path = pg_temp, public").pins);
         assert!(classify("set local search_path to 'PG_TEMP'").pins);
         assert!(classify("SET \"search_path\" TO pg_temp").pins);
@@ -1143,6 +1102,14 @@ mod tests {
         assert!(classify("LISTEN c").pins);
         assert!(!classify("select ';SET x=1'").pins);
         assert!(classify("select ';SET x=1'").sets.is_empty());
+        // `$` inside an identifier starts no dollar quote that would hide the SET.
+        assert_eq!(
+            classify("select 1 as a$x$; set search_path = s1; select 2 as b$x$").sets,
+            vec![SetChange::Set(
+                "search_path".into(),
+                "set search_path = s1".into()
+            )]
+        );
         assert!(classify("select $$;set x=1;$$").sets.is_empty());
         assert!(classify("ROLLBACK TO SAVEPOINT a").savepoint);
         assert!(!classify("ROLLBACK").savepoint);
