@@ -13,6 +13,7 @@ use common::client::connect;
 use common::eventually;
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
+use tokio_postgres::Client;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -158,6 +159,18 @@ async fn metrics_in_upstream_mode_show_clients_statements_and_pools() {
     .await;
 }
 
+/// Until a read on `client` is served by the standby (at most 10 s).
+async fn until_standby_serves(client: &Client, what: &str) {
+    eventually(Duration::from_secs(10), what, async || {
+        client
+            .query_one("select pg_is_in_recovery()", &[])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary() {
     let primary = Postgres::start();
@@ -181,18 +194,7 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
         .await
         .unwrap();
     // Until a read reaches the standby.
-    eventually(
-        Duration::from_secs(10),
-        "a read reaches the replica",
-        async || {
-            client
-                .query_one("select pg_is_in_recovery()", &[])
-                .await
-                .unwrap()
-                .get::<_, bool>(0)
-        },
-    )
-    .await;
+    until_standby_serves(&client, "a read reaches the replica").await;
     // A write the text scan sends to the standby (`lower(int)` here writes): refused there,
     // run again on the primary. One retry, and its statement counted once.
     client
@@ -202,18 +204,7 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
         )
         .await
         .unwrap();
-    eventually(
-        Duration::from_secs(10),
-        "the standby comes back",
-        async || {
-            client
-                .query_one("select pg_is_in_recovery()", &[])
-                .await
-                .unwrap()
-                .get::<_, bool>(0)
-        },
-    )
-    .await;
+    until_standby_serves(&client, "the standby comes back").await;
     let before = scrape(metrics_port);
     client.simple_query("select lower(5)").await.unwrap();
     let after = scrape(metrics_port);
