@@ -48,8 +48,8 @@ fn words(stmt: &str, n: usize) -> Vec<String> {
             rest = r.split_once('\n').map_or("", |(_, r)| r);
             continue;
         }
-        if let Some(r) = rest.strip_prefix("/*") {
-            rest = r.split_once("*/").map_or("", |(_, r)| r);
+        if rest.starts_with("/*") {
+            rest = after_block_comment(rest);
             continue;
         }
         if let Some(r) = rest.strip_prefix('"') {
@@ -70,6 +70,30 @@ fn words(stmt: &str, n: usize) -> Vec<String> {
     out
 }
 
+/// What follows the block comment `s` starts with; comments nest, as in PostgreSQL. Empty if
+/// it is never closed.
+fn after_block_comment(s: &str) -> &str {
+    let b = s.as_bytes();
+    let (mut depth, mut i) = (0usize, 0);
+    while i + 1 < b.len() {
+        match (b[i], b[i + 1]) {
+            (b'/', b'*') => {
+                depth += 1;
+                i += 2;
+            }
+            (b'*', b'/') => {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    return &s[i..];
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    ""
+}
+
 pub fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len())
         .any(|w| w.eq_ignore_ascii_case(needle))
@@ -85,7 +109,7 @@ fn plainly_stateless(sql: &str) -> bool {
     let first = &t[..first_end];
     let stateless = [
         "select", "insert", "update", "delete", "begin", "commit", "end", "values", "table",
-        "with", "explain", "copy", "vacuum", "analyze", "truncate", "show",
+        "with", "copy", "vacuum", "analyze", "truncate", "show",
     ]
     .iter()
     .any(|w| first.eq_ignore_ascii_case(w));
@@ -94,17 +118,49 @@ fn plainly_stateless(sql: &str) -> bool {
         Some(i) => sql[i + 1..].trim().is_empty(),
     };
     let b = sql.as_bytes();
-    // `SELECT … INTO TEMP t` (also under WITH or EXPLAIN ANALYZE) creates a temporary table:
-    // such a read takes the slow path, which looks for TEMP. INSERT INTO does not.
-    let may_select_into = ["select", "with", "explain"]
+    // `SELECT … INTO TEMP t` (also under WITH) creates a temporary table: such a read takes
+    // the slow path, which looks for TEMP. INSERT INTO does not. (EXPLAIN always does: it
+    // can run `CREATE TEMP TABLE … AS`.)
+    let may_select_into = ["select", "with"]
         .iter()
         .any(|w| first.eq_ignore_ascii_case(w))
         && contains_ignore_case(b, b"into");
     stateless
         && one_statement
         && !may_select_into
-        && !contains_ignore_case(b, b"advisory")
-        && !contains_ignore_case(b, b"set_config")
+        && !SESSION_FUNCTIONS
+            .iter()
+            .any(|f| contains_ignore_case(b, f.as_bytes()))
+}
+
+/// Text that marks a statement as one that may leave state on its connection whatever its
+/// first word: session advisory locks, `set_config(…, false)`, `setseed` (the session's
+/// random sequence, which RESET ALL does not reset), and `U&"…"` identifiers, whose escapes
+/// can spell any of these (or SET ROLE) where the scan cannot read them. Case-insensitive.
+const SESSION_FUNCTIONS: &[&str] = &["advisory", "set_config", "setseed", "u&\""];
+
+/// Name a SET or RESET the way `SHOW` does, so that a RESET finds the SET it undoes: the
+/// special forms (`TIME ZONE`, `SCHEMA`, `NAMES`, `XML OPTION`) become their settings'
+/// names, and a quoted name is lower-cased (setting names ignore case, quoted or not).
+fn canonical_setting(w: &mut Vec<String>) {
+    let k = match w.first().map(String::as_str) {
+        Some("set") if w.get(1).is_some_and(|s| s == "session") && w.len() > 2 => 2,
+        Some("set" | "reset") if w.len() > 1 => 1,
+        _ => return,
+    };
+    w[k] = w[k].to_ascii_lowercase();
+    let next = w.get(k + 1).map(String::as_str);
+    let (name, two_words) = match (w[k].as_str(), next) {
+        ("time", Some("zone")) => ("timezone", true),
+        ("xml", Some("option")) => ("xmloption", true),
+        ("schema", _) => ("search_path", false),
+        ("names", _) => ("client_encoding", false),
+        _ => return,
+    };
+    w[k] = name.to_string();
+    if two_words {
+        w.remove(k + 1);
+    }
 }
 
 /// Whether a DECLARE says `WITH HOLD` (any spacing, comments between): such a cursor outlives
@@ -134,27 +190,25 @@ pub fn startup_creates_temp_objects(name: &str, value: &str) -> bool {
 /// there).
 fn creates_temp_object(stmt: &str) -> bool {
     let mut first = None;
-    let (mut into, mut temp, mut pg_temp) = (false, false, false);
+    let (mut into, mut temp) = (false, false);
     for_each_word(stmt, |word, _| {
         let is = |w: &str| word.eq_ignore_ascii_case(w);
         first.get_or_insert(word);
         into |= is("into");
         temp |= is("temp") || is("temporary");
-        // Bytes, not `&word[..7]`: a word may have a multi-byte character there.
-        pg_temp |= word
-            .as_bytes()
-            .get(..7)
-            .is_some_and(|w| w.eq_ignore_ascii_case(b"pg_temp"));
         true
     });
-    match first {
-        Some(w) if w.eq_ignore_ascii_case("create") => pg_temp,
-        // The name and the value may be quoted (`SET "search_path" TO 'pg_temp'`): the text.
-        Some(w) if w.eq_ignore_ascii_case("set") => {
-            contains_ignore_case(stmt.as_bytes(), b"pg_temp")
-        }
-        Some(_) => into && temp,
-        None => false,
+    // The schema may be quoted (`"pg_temp".x`, `SET search_path TO 'pg_temp'`), which the
+    // words do not show: the text (a mention in a literal only costs a pin).
+    let pg_temp = contains_ignore_case(stmt.as_bytes(), b"pg_temp");
+    let is = |w: &str| first.is_some_and(|f: &str| f.eq_ignore_ascii_case(w));
+    if is("create") || is("set") {
+        pg_temp
+    } else if is("explain") {
+        // `EXPLAIN ANALYZE CREATE TEMP TABLE … AS`, `… CREATE TABLE pg_temp.x AS`.
+        temp || pg_temp
+    } else {
+        into && (temp || pg_temp)
     }
 }
 
@@ -193,10 +247,13 @@ pub fn classify(sql: &str) -> Effects {
         return fx;
     }
     let lower = sql.to_ascii_lowercase();
-    // Session-level advisory locks and set_config(..., false) live past the transaction.
+    // Session-level advisory locks, set_config(..., false) and setseed live past the
+    // transaction; a U&"…" identifier may spell any of them.
     if lower.contains("pg_advisory_lock")
         || lower.contains("pg_try_advisory_lock")
         || lower.contains("set_config")
+        || lower.contains("setseed")
+        || lower.contains("u&\"")
     {
         fx.pins = true;
     }
@@ -204,10 +261,16 @@ pub fn classify(sql: &str) -> Effects {
         if creates_temp_object(stmt) {
             fx.pins = true;
         }
-        let w = words(stmt, 4);
+        let mut w = words(stmt, 5);
+        canonical_setting(&mut w);
         let w: Vec<&str> = w.iter().map(String::as_str).collect();
         match w.as_slice() {
             ["set", "local" | "transaction" | "constraints", ..] => {}
+            // The current value made the session's own: nothing changes (replayed as text it
+            // would mean the default).
+            ["set", "session", _, "from", "current", ..] | ["set", _, "from", "current", ..] => {}
+            // RESET ALL does not reset the random sequence.
+            ["set", "session", "seed", ..] | ["set", "seed", ..] => fx.pins = true,
             ["set", "session", "characteristics" | "authorization", ..]
             | ["set", "role", ..]
             | ["reset", "role" | "session", ..] => fx.pins = true,
@@ -606,6 +669,12 @@ enum Token {
     Semicolon,
 }
 
+/// A byte that can continue an identifier (PostgreSQL's `ident_cont`, plus `.` for qualified
+/// names as the scan reads them).
+fn is_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'$' || c >= 0x80
+}
+
 /// The lexer under [`for_each_statement`] and [`for_each_word`]: skips string literals
 /// (incl. `E'…'`), quoted identifiers, dollar quotes and comments; reports words and
 /// semicolons. Anything it cannot read is skipped byte by byte, which only ever makes the
@@ -617,9 +686,15 @@ fn scan(sql: &str, mut f: impl FnMut(usize, Token) -> bool) {
         let c = b[i];
         match c {
             b'\'' | b'"' => {
+                // E'…': a backslash escapes the next byte, `\'` included (the E must stand
+                // alone: `tablE'x'` is no escape string).
+                let escapes = c == b'\''
+                    && i >= 1
+                    && matches!(b[i - 1], b'E' | b'e')
+                    && (i < 2 || !is_word_byte(b[i - 2]));
                 i += 1;
                 while i < b.len() && b[i] != c {
-                    i += 1;
+                    i += if escapes && b[i] == b'\\' { 2 } else { 1 };
                 }
                 i += 1;
             }
@@ -629,19 +704,18 @@ fn scan(sql: &str, mut f: impl FnMut(usize, Token) -> bool) {
                 }
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
-                    i += 1;
-                }
-                i += 2;
+                // Comments nest in PostgreSQL: `/* /* */ still a comment */`.
+                i = b.len() - after_block_comment(&sql[i..]).len();
             }
             b'$' if b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
                 i += 1; // $1: a parameter (a dollar quote's tag cannot start with a digit)
             }
             b'$' => {
+                // A tag is an identifier without `$`: letters (any non-ASCII byte too),
+                // digits after the first, underscores.
                 let tag_end = b[i + 1..]
                     .iter()
-                    .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+                    .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_' || *c >= 0x80))
                     .map(|p| i + 1 + p);
                 match tag_end.filter(|e| b.get(*e) == Some(&b'$')) {
                     Some(e) => {
@@ -665,13 +739,7 @@ fn scan(sql: &str, mut f: impl FnMut(usize, Token) -> bool) {
                 // `$` after the first character belongs to the identifier (`job$queue$`),
                 // as in PostgreSQL's lexer: read as the start of a dollar quote, it would
                 // hide every word up to a matching tag.
-                while i < b.len()
-                    && (b[i].is_ascii_alphanumeric()
-                        || b[i] == b'_'
-                        || b[i] == b'.'
-                        || b[i] == b'$'
-                        || b[i] >= 0x80)
-                {
+                while i < b.len() && is_word_byte(b[i]) {
                     i += 1;
                 }
                 // E'…' / B'…' / X'…' / U&'…' literals: the quote is handled next turn.
@@ -1101,6 +1169,51 @@ mod tests {
         assert!(classify("prepare p as select 1").pins);
         assert!(classify("LISTEN c").pins);
         assert!(!classify("select ';SET x=1'").pins);
+        // What the lexer must read as PostgreSQL does, or a SET ROLE behind it is missed.
+        for hidden in [
+            "SELECT E'\\''; SET ROLE r; SELECT ''",
+            "SELECT 1 /* /* */ ' */; SET ROLE r; SELECT '1'",
+            "SELECT $é$ ' $é$; SET ROLE r; SELECT '1'",
+            "SELECT 1 AS a$b$; SET ROLE r; SELECT 1 AS c$b$",
+            "/* /* */ */ SET ROLE r",
+        ] {
+            assert!(classify(hidden).pins, "{hidden}");
+        }
+        // Names that spell state the scan cannot read, and the random sequence.
+        assert!(classify("SET U&\"rol\\0065\" TO r").pins);
+        assert!(classify("SELECT U&\"set\\005fconfig\"('work_mem', '8MB', false)").pins);
+        assert!(classify("select setseed(0.5)").pins);
+        assert!(classify("SET seed = 0.5").pins);
+        // Temporary objects the first version of the scan missed.
+        assert!(classify("SELECT 1 AS x INTO pg_temp.t2").pins);
+        assert!(classify("EXPLAIN ANALYZE CREATE TEMP TABLE t3 AS SELECT 1").pins);
+        assert!(classify("explain (analyze) create table pg_temp.t6 as select 1").pins);
+        assert!(classify("CREATE TABLE \"pg_temp\".t4 (a int)").pins);
+        // Special forms are named as SHOW names them, so RESET finds them; FROM CURRENT
+        // changes nothing.
+        let set = |sql: &str| classify(sql).sets;
+        assert_eq!(
+            set("SET TIME ZONE 'Asia/Tokyo'"),
+            vec![SetChange::Set(
+                "timezone".into(),
+                "SET TIME ZONE 'Asia/Tokyo'".into()
+            )]
+        );
+        assert_eq!(
+            set("reset time zone"),
+            vec![SetChange::Reset("timezone".into())]
+        );
+        assert!(
+            matches!(&set("SET \"TimeZone\" = 'UTC'")[..], [SetChange::Set(n, _)] if n == "timezone")
+        );
+        assert!(matches!(&set("set schema 's'")[..], [SetChange::Set(n, _)] if n == "search_path"));
+        assert!(
+            matches!(&set("SET NAMES 'LATIN1'")[..], [SetChange::Set(n, _)] if n == "client_encoding")
+        );
+        assert!(
+            matches!(&set("set xml option document")[..], [SetChange::Set(n, _)] if n == "xmloption")
+        );
+        assert_eq!(set("SET work_mem FROM CURRENT"), vec![]);
         assert!(classify("select ';SET x=1'").sets.is_empty());
         // `$` inside an identifier starts no dollar quote that would hide the SET.
         assert_eq!(

@@ -1344,7 +1344,9 @@ impl Session {
     fn queue_settings_replay(&mut self) {
         let mut q = String::from("RESET ALL");
         for (_, stmt) in self.startup_sets.iter().chain(self.sets.iter()) {
-            q.push_str("; ");
+            // A newline first: a client's SET may end in a `--` comment, which would swallow
+            // the rest of the line.
+            q.push_str("\n; ");
             q.push_str(stmt);
         }
         if self.serializable && self.replica_read.is_some() {
