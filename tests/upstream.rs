@@ -189,14 +189,15 @@ async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() 
 /// Settings written the ways the session scan once misread, each checked against what
 /// PostgreSQL shows (A and B share ringwire's one upstream connection; at PostgreSQL they are
 /// two sessions): a SET behind an `E'\''` literal, a SET ending in a `--` comment (replayed
-/// in front of later ones), `SET TIME ZONE` undone by `RESET timezone`, and `FROM CURRENT`.
+/// in front of later ones), `SET TIME ZONE` undone by `RESET timezone`, `FROM CURRENT`, and
+/// a setting the connection refuses when it is replayed there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_read_as_postgres_reads_them() {
     let pg = Postgres::start();
     let rw = start(&pg, "1", "1");
     let (a, b) = (connect(&rw).await, connect(&rw).await);
     let (pa, pb) = (direct(&pg).await, direct(&pg).await);
-    let steps: [(&Client, &Client, &str); 7] = [
+    let steps: &[(&Client, &Client, &str)] = &[
         (&a, &pa, "select E'\\''; set work_mem = '71MB'; select ''"),
         (&a, &pa, "set statement_timeout = '12345' -- a note"),
         (&a, &pa, "set lock_timeout = '2345'"),
@@ -204,8 +205,13 @@ async fn settings_are_read_as_postgres_reads_them() {
         (&a, &pa, "set time zone 'Asia/Tokyo'"),
         (&a, &pa, "reset timezone"),
         (&a, &pa, "set work_mem from current"),
+        // A placeholder setting plpgsql later rejects: replayed onto the connection where B
+        // loaded plpgsql, it fails alone (a warning), and A keeps its other settings.
+        (&a, &pa, "set plpgsql.variable_conflict = 'bogus'"),
+        (&b, &pb, "do $$ begin end $$"),
+        (&b, &pb, "set work_mem = '6MB'"),
     ];
-    for (through, at_pg, sql) in steps {
+    for &(through, at_pg, sql) in steps {
         through.batch_execute(sql).await.unwrap();
         at_pg.batch_execute(sql).await.unwrap();
         for name in ["work_mem", "statement_timeout", "lock_timeout", "timezone"] {

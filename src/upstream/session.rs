@@ -173,6 +173,8 @@ enum Done {
     Bound(u32),
     /// The settings replay finished: the connection has the session's settings.
     Settings(u64),
+    /// One statement of the settings replay before its last (see `queue_settings_replay`).
+    Replayed,
     /// A client Query and the SETs in it, pending once it completes.
     Query(Vec<SetChange>),
     /// [`LSN_QUERY`], queued behind a commit: the applied LSN is raised when it answers.
@@ -1342,25 +1344,41 @@ impl Session {
     }
 
     fn queue_settings_replay(&mut self) {
-        let mut q = String::from("RESET ALL");
-        for (_, stmt) in self.startup_sets.iter().chain(self.sets.iter()) {
-            // A newline first: a client's SET may end in a `--` comment, which would swallow
-            // the rest of the line.
-            q.push_str("\n; ");
-            q.push_str(stmt);
-        }
-        if self.serializable && self.replica_read.is_some() {
+        // Each statement is a Query of its own, so each runs in its own implicit transaction:
+        // one that fails (a value this connection rejects, say a placeholder setting that a
+        // library loaded here validates) undoes only itself, not the RESET ALL and the others
+        // (in one Query it undid them all, and the connection kept the previous client's
+        // settings under this client's fingerprint). Its error reaches the client as a
+        // warning (see `take_reply`). Separate messages also keep a client's SET that ends in
+        // a `--` comment from swallowing the next.
+        let serializable_on_replica = (self.serializable && self.replica_read.is_some())
             // "cannot use serializable mode in a hot standby"; a read-only statement sees the
             // same at repeatable read (one snapshot either way).
-            q.push_str("; SET default_transaction_isolation = 'repeatable read'");
+            .then_some("SET default_transaction_isolation = 'repeatable read'");
+        let statements: Vec<&str> = std::iter::once("RESET ALL")
+            .chain(
+                self.startup_sets
+                    .iter()
+                    .chain(self.sets.iter())
+                    .map(|(_, stmt)| stmt.as_str()),
+            )
+            .chain(serializable_on_replica)
+            .collect();
+        let last = statements.len() - 1;
+        for (i, stmt) in statements.iter().enumerate() {
+            frontend::encode_query(&mut self.to_send, stmt);
+            let done = if i == last {
+                Done::Settings(self.settings)
+            } else {
+                Done::Replayed
+            };
+            self.expect.push_back(Expect::Server {
+                kind: Kind::Query,
+                emit: false,
+                done,
+            });
         }
-        frontend::encode_query(&mut self.to_send, &q);
         self.forget_unnamed_upstream();
-        self.expect.push_back(Expect::Server {
-            kind: Kind::Query,
-            emit: false,
-            done: Done::Settings(self.settings),
-        });
         self.must_answer = self.expect.len();
     }
 
@@ -1860,6 +1878,7 @@ impl Session {
             unreachable!("local replies are written before waiting on the server")
         };
         let (kind, emit, lsn) = (*kind, *emit, matches!(done, Done::Lsn));
+        let replay = matches!(done, Done::Settings(_) | Done::Replayed);
         if lsn && tag == b'D' {
             self.lsn_seen = data_row_text(raw).and_then(super::client::parse_lsn);
             return false;
@@ -1893,6 +1912,28 @@ impl Session {
                     return true;
                 }
                 let code = error_field(body, b'C');
+                if replay {
+                    // A setting of this client's that this connection refuses: the client's
+                    // statements run without it, as PostgreSQL's do when a placeholder setting
+                    // turns out invalid (a WARNING there too). The replay's other statements
+                    // each ran on their own.
+                    let message = error_field(body, b'M').unwrap_or_default();
+                    let code = code
+                        .and_then(|c| <[u8; 5]>::try_from(c.as_bytes()).ok())
+                        .map_or(SqlState::INTERNAL_ERROR, SqlState);
+                    let mut warning = PgError::new(
+                        code,
+                        format!("a setting of this session could not be restored: {message}"),
+                    )
+                    .with_detail(
+                        "ringwire replays the session's settings on each upstream connection \
+                         it uses; this connection refused one, and the statements run with \
+                         the server's value for it.",
+                    );
+                    warning.severity = Severity::Warning;
+                    backend::write_notice(out, &warning);
+                    return false;
+                }
                 if self.replica_read.is_some()
                     && self.replica_tx.is_none()
                     && !self.flushed_mid_batch
@@ -1983,7 +2024,7 @@ impl Session {
         let server = self.server.as_mut().expect("held");
         match done {
             Done::Prepared(id) => server.statements.confirmed(id),
-            Done::Nothing | Done::Bound(_) | Done::Unnamed(_) => {}
+            Done::Nothing | Done::Bound(_) | Done::Unnamed(_) | Done::Replayed => {}
             Done::Settings(fp) => {
                 server.settings = fp;
                 // The replay is not the client's transaction.
