@@ -224,6 +224,14 @@ async fn settings_are_read_as_postgres_reads_them() {
             }
         }
     }
+    // A SET committed by a COMMIT inside a Query that then fails: PostgreSQL keeps it for C
+    // (ringwire drops it from C's settings, a known gap), and D, with the same (no) settings
+    // as C on the same upstream connection, must not inherit it.
+    drop((a, b));
+    let (c, d, pd) = (connect(&rw).await, connect(&rw).await, direct(&pg).await);
+    let sql = "set work_mem = '33MB'; commit; select 1/0";
+    c.batch_execute(sql).await.unwrap_err();
+    assert_eq!(show(&d, "work_mem").await, show(&pd, "work_mem").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1735,6 +1735,13 @@ impl Session {
                 // next batch replays.
                 server.settings = if reset_all { 0 } else { self.settings };
             }
+        } else if !changes.is_empty() {
+            // Dropped as rolled back. A COMMIT earlier in the same Query may have made some
+            // stick upstream (`SET a = 1; COMMIT; SELECT 1/0`): the connection's settings are
+            // not known, so whoever uses it next replays.
+            if let Some(server) = self.server.as_mut() {
+                server.settings = 0;
+            }
         }
         self.tx_rolled_back = false;
         self.savepoint_in_tx = false;
