@@ -1349,7 +1349,7 @@ impl Session {
         // library loaded here validates) undoes only itself, not the RESET ALL and the others
         // (in one Query it undid them all, and the connection kept the previous client's
         // settings under this client's fingerprint). Its error reaches the client as a
-        // warning (see `take_reply`). Separate messages also keep a client's SET that ends in
+        // warning (see `on_reply`). Separate messages also keep a client's SET that ends in
         // a `--` comment from swallowing the next.
         let serializable_on_replica = (self.serializable && self.replica_read.is_some())
             // "cannot use serializable mode in a hot standby"; a read-only statement sees the
@@ -1919,11 +1919,26 @@ impl Session {
                     return true;
                 }
                 let code = error_field(body, b'C');
-                if replay {
+                if self.replica_read.is_some()
+                    && self.replica_tx.is_none()
+                    && !self.flushed_mid_batch
+                    && matches!(code.as_deref(), Some("25006" | "40001" | "0A000"))
+                {
+                    // Not the client's error but the standby's: a write the text scan let
+                    // through (25006), a conflict with recovery (40001), something a standby
+                    // does not support (0A000). The batch is run again on the primary once
+                    // this connection is back at ReadyForQuery. (Not in a read-only
+                    // transaction: there 25006 is PostgreSQL's answer to the client's write,
+                    // and the transaction cannot move.)
+                    self.retry_on_primary
+                        .get_or_insert((false, error_field(body, b'M').unwrap_or_default()));
+                }
+                if replay && self.retry_on_primary.is_none() {
                     // A setting of this client's that this connection refuses: the client's
                     // statements run without it, as PostgreSQL's do when a placeholder setting
                     // turns out invalid (a WARNING there too). The replay's other statements
-                    // each ran on their own.
+                    // each ran on their own. (On a replica, a refusal that sends the batch to
+                    // the primary is handled above, as before.)
                     let message = error_field(body, b'M').unwrap_or_default();
                     let code = code
                         .and_then(|c| <[u8; 5]>::try_from(c.as_bytes()).ok())
@@ -1940,20 +1955,6 @@ impl Session {
                     warning.severity = Severity::Warning;
                     backend::write_notice(out, &warning);
                     return false;
-                }
-                if self.replica_read.is_some()
-                    && self.replica_tx.is_none()
-                    && !self.flushed_mid_batch
-                    && matches!(code.as_deref(), Some("25006" | "40001" | "0A000"))
-                {
-                    // Not the client's error but the standby's: a write the text scan let
-                    // through (25006), a conflict with recovery (40001), something a standby
-                    // does not support (0A000). The batch is run again on the primary once
-                    // this connection is back at ReadyForQuery. (Not in a read-only
-                    // transaction: there 25006 is PostgreSQL's answer to the client's write,
-                    // and the transaction cannot move.)
-                    self.retry_on_primary
-                        .get_or_insert((false, error_field(body, b'M').unwrap_or_default()));
                 }
                 out.extend_from_slice(raw);
                 self.tx_rolled_back = true;
