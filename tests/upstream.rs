@@ -273,9 +273,9 @@ async fn a_transaction_pins_its_connection_until_it_ends() {
 /// A temporary table or a `WITH HOLD` cursor lives on the upstream connection it was made
 /// on, so however it is made (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`,
 /// a `search_path` that starts with `pg_temp`, set or given at startup, `DECLARE … WITH HOLD`
-/// over two lines) its
-/// session is pinned to that connection: the maker keeps seeing it and no other client ever
-/// does, while the maker is connected or after it left, as with PostgreSQL's own sessions.
+/// over two lines) its session is pinned to that connection: the maker keeps seeing it and no
+/// other client ever does, while the maker is connected or after it left, as with
+/// PostgreSQL's own sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_session_makes_pins_it_and_no_other_client_sees_it() {
     let pg = Postgres::start();
