@@ -182,6 +182,27 @@ pub fn startup_creates_temp_objects(name: &str, value: &str) -> bool {
     name.eq_ignore_ascii_case("search_path") && contains_ignore_case(value.as_bytes(), b"pg_temp")
 }
 
+/// Whether a startup parameter changes how the session's SQL is lexed, so that the scan
+/// cannot read it (`standard_conforming_strings` off, see [`classify`]): the session is
+/// pinned. `value` is the parameter's value or the SET that replays it.
+pub fn startup_changes_lexing(name: &str, value: &str) -> bool {
+    name.eq_ignore_ascii_case("standard_conforming_strings") && !turns_on(value)
+}
+
+/// Whether the last word of a `SET name TO value` (or a bare value) is a boolean "on".
+fn turns_on(stmt: &str) -> bool {
+    let value = stmt
+        .trim()
+        .trim_end_matches(';')
+        .rsplit(|c: char| c.is_whitespace() || c == '=')
+        .next()
+        .unwrap_or("")
+        .trim_matches(|c| c == '\'' || c == '"');
+    ["on", "true", "yes", "1", "default"]
+        .iter()
+        .any(|v| value.eq_ignore_ascii_case(v))
+}
+
 /// Whether `stmt` creates a temporary object, which lives as long as the upstream
 /// connection, or may make later statements do so: `SELECT … INTO TEMP[ORARY]` (what
 /// `CREATE TEMP` in [`classify`]'s leading words does not see), a `CREATE` naming the
@@ -271,6 +292,16 @@ pub fn classify(sql: &str) -> Effects {
             ["set", "session", _, "from", "current", ..] | ["set", _, "from", "current", ..] => {}
             // RESET ALL does not reset the random sequence.
             ["set", "session", "seed", ..] | ["set", "seed", ..] => fx.pins = true,
+            // With standard_conforming_strings off a backslash escapes a quote in any literal,
+            // which this scan (reading as PostgreSQL's default does) would misread: such a
+            // session keeps its connection. Setting it on (Rails does, on every connection)
+            // changes nothing.
+            ["set", "session", "standard_conforming_strings", ..]
+            | ["set", "standard_conforming_strings", ..]
+                if !turns_on(stmt) =>
+            {
+                fx.pins = true
+            }
             ["set", "session", "characteristics" | "authorization", ..]
             | ["set", "role", ..]
             | ["reset", "role" | "session", ..] => fx.pins = true,
@@ -1184,6 +1215,16 @@ mod tests {
         assert!(classify("SELECT U&\"set\\005fconfig\"('work_mem', '8MB', false)").pins);
         assert!(classify("select setseed(0.5)").pins);
         assert!(classify("SET seed = 0.5").pins);
+        assert!(classify("set standard_conforming_strings = off").pins);
+        assert!(classify("SET standard_conforming_strings TO 'false'").pins);
+        assert!(!classify("SET standard_conforming_strings = on").pins);
+        assert!(!classify("set standard_conforming_strings to 'ON';").pins);
+        assert!(startup_changes_lexing("standard_conforming_strings", "off"));
+        assert!(!startup_changes_lexing("standard_conforming_strings", "on"));
+        assert!(!startup_changes_lexing(
+            "standard_conforming_strings",
+            "SET standard_conforming_strings TO 'on'"
+        ));
         // Temporary objects the first version of the scan missed.
         assert!(classify("SELECT 1 AS x INTO pg_temp.t2").pins);
         assert!(classify("EXPLAIN ANALYZE CREATE TEMP TABLE t3 AS SELECT 1").pins);

@@ -49,8 +49,8 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_only, begin_modes, classify, contains_ignore_case, deallocated, read_only, route,
-    sets_identity, startup_creates_temp_objects, tx_end, Isolation, Route, SetChange, TxControl,
-    TxEnd,
+    sets_identity, startup_changes_lexing, startup_creates_temp_objects, tx_end, Isolation, Route,
+    SetChange, TxControl, TxEnd,
 };
 use super::client::{LoginError, ReplyBuf};
 use super::pipe::Lease;
@@ -371,10 +371,13 @@ impl Session {
         }
         // A startup `role` / `session_authorization` (`options=-c role=x`) is replayed as a SET
         // that RESET ALL does not undo: the session keeps its connection, as a SET ROLE would.
-        // So does a startup `search_path` naming `pg_temp`: its tables would be temporary.
-        let pinned = startup_sets
-            .iter()
-            .any(|(name, value)| sets_identity(name) || startup_creates_temp_objects(name, value));
+        // So does a startup `search_path` naming `pg_temp` (its tables would be temporary), and
+        // a startup `standard_conforming_strings` off (the scan could misread its literals).
+        let pinned = startup_sets.iter().any(|(name, value)| {
+            sets_identity(name)
+                || startup_creates_temp_objects(name, value)
+                || startup_changes_lexing(name, value)
+        });
         let settings = fingerprint(&startup_sets, &[]);
         let (staleness, serializable) = read_rules(&startup_sets, &[]);
         let (default_read_only, default_isolation) = tx_defaults(&startup_sets, &[]);
