@@ -184,23 +184,36 @@ pub fn startup_creates_temp_objects(name: &str, value: &str) -> bool {
 
 /// Whether a startup parameter changes how the session's SQL is lexed, so that the scan
 /// cannot read it (`standard_conforming_strings` off, see [`classify`]): the session is
-/// pinned. `value` is the parameter's value or the SET that replays it.
-pub fn startup_changes_lexing(name: &str, value: &str) -> bool {
-    name.eq_ignore_ascii_case("standard_conforming_strings") && !turns_on(value)
+/// pinned. `set` is the SET that replays the parameter.
+pub fn startup_changes_lexing(name: &str, set: &str) -> bool {
+    name.eq_ignore_ascii_case("standard_conforming_strings") && !turns_on_conforming_strings(set)
 }
 
-/// Whether the last word of a `SET name TO value` (or a bare value) is a boolean "on".
-fn turns_on(stmt: &str) -> bool {
-    let value = stmt
+/// Whether `SET standard_conforming_strings {TO|=} value` turns it on (or to its default, on).
+fn turns_on_conforming_strings(stmt: &str) -> bool {
+    matches!(
+        setting_value(stmt, "standard_conforming_strings").as_str(),
+        "on" | "true" | "yes" | "1" | "default"
+    )
+}
+
+/// The value a `SET name {TO|=} value` statement gives, unquoted and lower-cased.
+pub fn setting_value(stmt: &str, name: &str) -> String {
+    let lower = stmt.to_ascii_lowercase();
+    let Some(at) = lower.find(name) else {
+        return String::new();
+    };
+    let rest = lower[at + name.len()..].trim_start();
+    let rest = rest
+        .strip_prefix('=')
+        .or_else(|| rest.strip_prefix("to "))
+        .unwrap_or(rest)
         .trim()
         .trim_end_matches(';')
-        .rsplit(|c: char| c.is_whitespace() || c == '=')
-        .next()
-        .unwrap_or("")
-        .trim_matches(|c| c == '\'' || c == '"');
-    ["on", "true", "yes", "1", "default"]
-        .iter()
-        .any(|v| value.eq_ignore_ascii_case(v))
+        .trim();
+    rest.trim_matches(|c| c == '\'' || c == '"')
+        .trim()
+        .to_string()
 }
 
 /// Whether `stmt` creates a temporary object, which lives as long as the upstream
@@ -298,7 +311,7 @@ pub fn classify(sql: &str) -> Effects {
             // changes nothing.
             ["set", "session", "standard_conforming_strings", ..]
             | ["set", "standard_conforming_strings", ..]
-                if !turns_on(stmt) =>
+                if !turns_on_conforming_strings(stmt) =>
             {
                 fx.pins = true
             }
@@ -1219,8 +1232,10 @@ mod tests {
         assert!(classify("SET standard_conforming_strings TO 'false'").pins);
         assert!(!classify("SET standard_conforming_strings = on").pins);
         assert!(!classify("set standard_conforming_strings to 'ON';").pins);
-        assert!(startup_changes_lexing("standard_conforming_strings", "off"));
-        assert!(!startup_changes_lexing("standard_conforming_strings", "on"));
+        assert!(startup_changes_lexing(
+            "standard_conforming_strings",
+            "SET standard_conforming_strings TO 'off'"
+        ));
         assert!(!startup_changes_lexing(
             "standard_conforming_strings",
             "SET standard_conforming_strings TO 'on'"

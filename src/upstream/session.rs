@@ -49,8 +49,8 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_only, begin_modes, classify, contains_ignore_case, deallocated, read_only, route,
-    sets_identity, startup_changes_lexing, startup_creates_temp_objects, tx_end, Isolation, Route,
-    SetChange, TxControl, TxEnd,
+    sets_identity, setting_value, startup_changes_lexing, startup_creates_temp_objects, tx_end,
+    Isolation, Route, SetChange, TxControl, TxEnd,
 };
 use super::client::{LoginError, ReplyBuf};
 use super::pipe::Lease;
@@ -2335,25 +2335,6 @@ fn tx_defaults(startup: &[(String, String)], sets: &[(String, String)]) -> (bool
         }
     }
     (read_only, isolation)
-}
-
-/// The value a `SET name {TO|=} value` statement gives, unquoted and lower-cased.
-fn setting_value(stmt: &str, name: &str) -> String {
-    let lower = stmt.to_ascii_lowercase();
-    let Some(at) = lower.find(name) else {
-        return String::new();
-    };
-    let rest = lower[at + name.len()..].trim_start();
-    let rest = rest
-        .strip_prefix('=')
-        .or_else(|| rest.strip_prefix("to "))
-        .unwrap_or(rest)
-        .trim()
-        .trim_end_matches(';')
-        .trim();
-    rest.trim_matches(|c| c == '\'' || c == '"')
-        .trim()
-        .to_string()
 }
 
 /// One field of an ErrorResponse body (`C` SQLSTATE, `V` severity, `M` message).
