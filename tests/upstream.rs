@@ -225,13 +225,24 @@ async fn settings_are_read_as_postgres_reads_them() {
         }
     }
     // A SET committed by a COMMIT inside a Query that then fails: PostgreSQL keeps it for C
-    // (ringwire drops it from C's settings, a known gap), and D, with the same (no) settings
-    // as C on the same upstream connection, must not inherit it.
+    // (ringwire drops it from C's settings, a known gap), and neither E, a client with no
+    // startup parameters at all (so no settings), nor D, with the same settings as C, must
+    // inherit it on the same upstream connection.
     drop((a, b));
     let (c, d, pd) = (connect(&rw).await, connect(&rw).await, direct(&pg).await);
+    let mut e = raw_login(&rw);
     let sql = "set work_mem = '33MB'; commit; select 1/0";
     c.batch_execute(sql).await.unwrap_err();
-    assert_eq!(show(&d, "work_mem").await, show(&pd, "work_mem").await);
+    let default = show(&pd, "work_mem").await;
+    let got = raw_exchange(&mut e, &protocol_query("show work_mem"), 1);
+    assert_eq!(got[1], (b'D', Some(default.clone())), "{got:?}");
+    assert_eq!(show(&d, "work_mem").await, default);
+}
+
+fn protocol_query(sql: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    protocol::frontend::encode_query(&mut out, sql);
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -802,9 +813,8 @@ async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses
     assert_eq!(a.query(&again, &[]).await.unwrap()[0].len(), 2);
 }
 
-/// Send raw bytes, then read messages until `ready` ReadyForQuery; returns (tag, SQLSTATE of
-/// an ErrorResponse) per message.
-/// A raw TCP session logged in as postgres (startup answered up to ReadyForQuery).
+/// A raw TCP session logged in as postgres with no other startup parameter (psycopg's
+/// default; tokio-postgres always sends some), answered up to ReadyForQuery.
 fn raw_login(rw: &Ringwire) -> std::net::TcpStream {
     use protocol::frontend;
     let mut s = std::net::TcpStream::connect(rw.addr()).unwrap();
@@ -819,6 +829,8 @@ fn raw_login(rw: &Ringwire) -> std::net::TcpStream {
     s
 }
 
+/// Send raw bytes, then read messages until `ready` ReadyForQuery; returns per message its
+/// tag and the SQLSTATE of an ErrorResponse or the first column of a DataRow.
 fn raw_exchange(
     stream: &mut std::net::TcpStream,
     bytes: &[u8],
@@ -834,6 +846,11 @@ fn raw_exchange(
         while let Some((frame, n)) = protocol::wire::split_frame(&buf, 1 << 30).unwrap() {
             let code = match BackendMessage::parse(frame) {
                 Ok(BackendMessage::ErrorResponse(f)) => Some(f.code().to_string()),
+                Ok(BackendMessage::DataRow { values }) => values
+                    .first()
+                    .copied()
+                    .flatten()
+                    .map(|v| String::from_utf8_lossy(v).into_owned()),
                 _ => None,
             };
             got.push((frame.tag, code));

@@ -4,7 +4,7 @@
 use std::io;
 
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use protocol::backend::BackendMessage;
+use protocol::backend::{BackendMessage, ErrorFields};
 use protocol::frontend;
 use protocol::wire::{split_frame, Frame};
 use protocol::{PgError, SqlState};
@@ -168,6 +168,18 @@ pub struct LoginError {
 }
 
 impl LoginError {
+    /// The server's refusal, in its own words and with its SQLSTATE, so a client sees what
+    /// PostgreSQL would have told it.
+    fn refused(fields: &ErrorFields<'_>) -> LoginError {
+        LoginError {
+            detail: None,
+            code: <[u8; 5]>::try_from(fields.code().as_bytes())
+                .map(SqlState)
+                .unwrap_or(SqlState::CONNECTION_FAILURE),
+            message: fields.message().to_string(),
+        }
+    }
+
     fn broken(message: String) -> LoginError {
         LoginError {
             detail: None,
@@ -344,14 +356,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
             BackendMessage::ErrorResponse(fields) => {
                 // The server's own words and SQLSTATE, so a client refused upstream sees what
                 // PostgreSQL would have told it.
-                let code = <[u8; 5]>::try_from(fields.code().as_bytes())
-                    .map(SqlState)
-                    .unwrap_or(SqlState::CONNECTION_FAILURE);
-                return Err(LoginError {
-                    detail: None,
-                    code,
-                    message: fields.message().to_string(),
-                });
+                return Err(LoginError::refused(&fields));
             }
             BackendMessage::NoticeResponse(_) | BackendMessage::NegotiateProtocolVersion { .. } => {
             }
@@ -365,12 +370,12 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Run `sql` as a simple Query and return the first column of its first row (`None` for no
-/// row or NULL); an ErrorResponse is the error.
+/// row or NULL); an ErrorResponse is the error, with the server's SQLSTATE.
 pub async fn simple_value<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     buf: &mut ReplyBuf,
     sql: &str,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, LoginError> {
     let mut out = Vec::with_capacity(sql.len() + 6);
     frontend::encode_query(&mut out, sql);
     first_row(stream, buf, &out, false).await
@@ -389,33 +394,36 @@ pub async fn value_for<S: AsyncRead + AsyncWrite + Unpin>(
     frontend::encode_bind(&mut out, "", "", &[], &[Some(param.as_bytes())], &[]);
     frontend::encode_execute(&mut out, "", 0);
     frontend::encode_empty(&mut out, b'S');
-    first_row(stream, buf, &out, true).await
+    first_row(stream, buf, &out, true)
+        .await
+        .map_err(String::from)
 }
 
 /// Send `request` (ending in a Query or Sync) and read up to its ReadyForQuery: the first (or
-/// `last`) column of the first row. An ErrorResponse is an `Err` with its message, and the
+/// `last`) column of the first row. An ErrorResponse is an `Err` with its SQLSTATE, and the
 /// connection is idle again (only an I/O error or a FATAL leaves it unusable).
 async fn first_row<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     buf: &mut ReplyBuf,
     request: &[u8],
     last: bool,
-) -> Result<Option<String>, String> {
-    stream.write_all(request).await.map_err(|e| e.to_string())?;
+) -> Result<Option<String>, LoginError> {
+    let broken = |e: &dyn std::fmt::Display| LoginError::broken(e.to_string());
+    stream.write_all(request).await.map_err(|e| broken(&e))?;
     let mut value = None;
     let mut error = None;
     loop {
         let len = loop {
-            if let Some((_, len)) = buf.frame().map_err(|e| e.to_string())? {
+            if let Some((_, len)) = buf.frame().map_err(|e| broken(&e))? {
                 break len;
             }
-            buf.fill(stream).await.map_err(|e| e.to_string())?;
+            buf.fill(stream).await.map_err(|e| broken(&e))?;
         };
         let (frame, _) = buf
             .frame()
-            .map_err(|e| e.to_string())?
+            .map_err(|e| broken(&e))?
             .expect("a whole frame is buffered");
-        match BackendMessage::parse(frame).map_err(|e| e.message.to_string())? {
+        match BackendMessage::parse(frame).map_err(|e| broken(&e.message))? {
             BackendMessage::DataRow { values } if value.is_none() => {
                 let column = if last { values.last() } else { values.first() };
                 value = Some(
@@ -427,9 +435,9 @@ async fn first_row<S: AsyncRead + AsyncWrite + Unpin>(
             }
             BackendMessage::ErrorResponse(fields) => {
                 if fields.severity() == "FATAL" || fields.severity() == "PANIC" {
-                    return Err(fields.message().to_string());
+                    return Err(LoginError::refused(&fields));
                 }
-                error = Some(fields.message().to_string());
+                error = Some(LoginError::refused(&fields));
             }
             BackendMessage::ReadyForQuery { .. } => {
                 buf.consume(len);

@@ -327,6 +327,10 @@ impl Drop for Slot {
 }
 
 /// One connection to the upstream server, or one client's share of a pipelined one.
+/// A connection's [`ServerConn::settings`] when what is in effect is not known: no client's
+/// fingerprint is ever this (they are 0, for no settings, or odd), so every client replays.
+pub const SETTINGS_UNKNOWN: u64 = 2;
+
 pub struct ServerConn {
     pub link: Link,
     /// The replies read for this holder: the connection's own buffer, or (for a share of a
@@ -336,7 +340,8 @@ pub struct ServerConn {
     pub secret_key: i32,
     /// Statements on the connection (shared with every client of a pipe).
     pub statements: Rc<ConnStatements>,
-    /// Fingerprint of the session settings in effect (0: the server's defaults).
+    /// Fingerprint of the session settings in effect (0: the server's defaults;
+    /// [`SETTINGS_UNKNOWN`]: not known, so whoever uses it next replays).
     pub settings: u64,
     pub host: Host,
     /// Which of its config's hosts it is connected to (`UpstreamConfig::host`): where a
@@ -487,7 +492,9 @@ impl ShardUpstream {
         let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
         let mut answer = Ok(None);
         if reset {
-            answer = simple_value(stream, buf, "RESET ALL").await;
+            answer = simple_value(stream, buf, "RESET ALL")
+                .await
+                .map_err(String::from);
         }
         if answer.is_ok() {
             answer = value_for(stream, buf, query, user).await;

@@ -201,7 +201,9 @@ impl Replica {
             let started = Instant::now();
             let need = applied.load(Ordering::SeqCst);
             let polled = with_timeout("polling the replay position", POLL_TIMEOUT, async {
-                simple_value(stream, buf, "SELECT pg_last_wal_replay_lsn()").await
+                simple_value(stream, buf, "SELECT pg_last_wal_replay_lsn()")
+                    .await
+                    .map_err(String::from)
             })
             .await;
             match polled.map(|v| v.as_deref().and_then(parse_lsn)) {

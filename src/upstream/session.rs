@@ -56,6 +56,7 @@ use super::client::{LoginError, ReplyBuf};
 use super::pipe::Lease;
 use super::pool::{
     ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream, StatementKey,
+    SETTINGS_UNKNOWN,
 };
 use super::stats::Counters;
 use super::UpstreamLogin;
@@ -284,6 +285,7 @@ pub struct Session {
     replica_tx: Option<ReplicaTx>,
 }
 
+/// The settings' fingerprint: 0 for none, else odd (never [`SETTINGS_UNKNOWN`]).
 fn fingerprint(startup: &[(String, String)], sets: &[(String, String)]) -> u64 {
     if startup.is_empty() && sets.is_empty() {
         return 0;
@@ -1741,9 +1743,9 @@ impl Session {
         } else if !changes.is_empty() {
             // Dropped as rolled back. A COMMIT earlier in the same Query may have made some
             // stick upstream (`SET a = 1; COMMIT; SELECT 1/0`): the connection's settings are
-            // not known, so whoever uses it next replays.
+            // not known, so whoever uses it next replays (0 would pass for "no settings").
             if let Some(server) = self.server.as_mut() {
-                server.settings = 0;
+                server.settings = SETTINGS_UNKNOWN;
             }
         }
         self.tx_rolled_back = false;
