@@ -239,6 +239,87 @@ async fn settings_are_read_as_postgres_reads_them() {
     assert_eq!(show(&d, "work_mem").await, default);
 }
 
+/// Startup parameters are checked at login, as PostgreSQL checks them: one the server
+/// refuses is a FATAL with PostgreSQL's own SQLSTATE and message (it was a warning on every
+/// statement), one it takes is in effect, and a refused login leaves nothing of its
+/// parameters on the pooled connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
+    let pg = Postgres::start();
+    pg.query_value("create role lowly login");
+    let rw = start(&pg, "1", "1");
+    let outcome = |r: Result<(Client, _), tokio_postgres::Error>| match r {
+        Ok((client, conn)) => {
+            tokio::spawn(conn);
+            Ok(client)
+        }
+        Err(e) => Err(e
+            .as_db_error()
+            .map(|d| {
+                (
+                    d.severity().to_string(),
+                    d.code().clone(),
+                    d.message().to_string(),
+                )
+            })
+            .unwrap_or_else(|| panic!("not a server's refusal: {e}"))),
+    };
+    let cases = [
+        ("postgres", "-c work_mem=banana"),
+        ("postgres", "-c nosuch=1"),
+        ("postgres", "-c role=nobody"),
+        (
+            "postgres",
+            "-c work_mem=7MB -c nosuch.x=1 -c search_path=a,b",
+        ),
+        ("lowly", "-c log_statement=all"),
+        // Refused twice: a refusal is not remembered as a pass.
+        ("postgres", "-c work_mem=banana"),
+    ];
+    for (user, options) in cases {
+        let extra = format!(" user={user} options='{options}'");
+        let through = tokio_postgres::connect(
+            &format!("{}{extra}", rw.connection_string("postgres")),
+            NoTls,
+        )
+        .await;
+        let at_pg =
+            tokio_postgres::connect(&format!("{}{extra}", pg.connection_string()), NoTls).await;
+        match (outcome(through), outcome(at_pg)) {
+            (Err(through), Err(at_pg)) => assert_eq!(through, at_pg, "{user} {options}"),
+            (Ok(through), Ok(at_pg)) => {
+                for name in ["work_mem", "search_path", "nosuch.x"] {
+                    assert_eq!(
+                        show(&through, name).await,
+                        show(&at_pg, name).await,
+                        "{user} {options}: {name}"
+                    );
+                }
+            }
+            (through, at_pg) => panic!(
+                "{user} {options}: ringwire {:?}, PostgreSQL {:?}",
+                through.err(),
+                at_pg.err()
+            ),
+        }
+    }
+    // `-c work_mem=9MB -c nosuch=1`: work_mem was set on the pool's one connection before the
+    // refusal; that connection was closed, so a client with no settings of its own sees the
+    // default.
+    let refused = format!(
+        "{} options='-c work_mem=9MB -c nosuch=1'",
+        rw.connection_string("postgres")
+    );
+    assert!(tokio_postgres::connect(&refused, NoTls).await.is_err());
+    let mut raw = raw_login(&rw);
+    let got = raw_exchange(&mut raw, &protocol_query("show work_mem"), 1);
+    assert_eq!(
+        got[1],
+        (b'D', Some(pg.query_value("show work_mem"))),
+        "{got:?}"
+    );
+}
+
 fn protocol_query(sql: &str) -> Vec<u8> {
     let mut out = Vec::new();
     protocol::frontend::encode_query(&mut out, sql);

@@ -213,7 +213,14 @@ pub struct Pool {
     pub parameters: RefCell<Option<Parameters>>,
     /// The config's host the latest connection was opened on: new ones try it first.
     preferred_host: Cell<usize>,
+    /// Fingerprints of startup parameters this key's logins had accepted upstream (see
+    /// `Session::admit`); cleared when it reaches [`ACCEPTED_MAX`].
+    pub accepted_settings: RefCell<std::collections::HashSet<u64>>,
 }
+
+/// At most this many accepted startup fingerprints are remembered per key (clients that put
+/// a process id in `application_name` each have their own).
+pub const ACCEPTED_MAX: usize = 1024;
 
 /// A shard's share of `--upstream-max-connections` for one host: every key's connections
 /// count against `limit`. A key that needs a connection when the share is used (and has none
@@ -326,11 +333,11 @@ impl Drop for Slot {
     }
 }
 
-/// One connection to the upstream server, or one client's share of a pipelined one.
 /// A connection's [`ServerConn::settings`] when what is in effect is not known: no client's
 /// fingerprint is ever this (they are 0, for no settings, or odd), so every client replays.
 pub const SETTINGS_UNKNOWN: u64 = 2;
 
+/// One connection to the upstream server, or one client's share of a pipelined one.
 pub struct ServerConn {
     pub link: Link,
     /// The replies read for this holder: the connection's own buffer, or (for a share of a
@@ -745,6 +752,7 @@ impl Pool {
             credential: RefCell::new(None),
             parameters: RefCell::new(None),
             preferred_host: Cell::new(0),
+            accepted_settings: Default::default(),
         }
     }
 

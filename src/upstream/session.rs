@@ -52,11 +52,11 @@ use super::classify::{
     sets_identity, setting_value, startup_changes_lexing, startup_creates_temp_objects, tx_end,
     Isolation, Route, SetChange, TxControl, TxEnd,
 };
-use super::client::{LoginError, ReplyBuf};
+use super::client::{simple_value, LoginError, ReplyBuf};
 use super::pipe::Lease;
 use super::pool::{
     ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream, StatementKey,
-    SETTINGS_UNKNOWN,
+    ACCEPTED_MAX, SETTINGS_UNKNOWN,
 };
 use super::stats::Counters;
 use super::UpstreamLogin;
@@ -225,6 +225,8 @@ pub struct Session {
     startup_sets: Vec<(String, String)>,
     /// Each startup parameter's value as the client sent it, by lower-cased name.
     startup_values: Vec<(String, String)>,
+    /// Warnings for the client at login (startup parameters a pooled connection cannot take).
+    startup_warnings: Vec<PgError>,
     /// Committed SETs, by lower-cased name.
     sets: Vec<(String, String)>,
     settings: u64,
@@ -284,6 +286,10 @@ pub struct Session {
     /// The open transaction is read-only and runs on a replica; `server` is that replica's.
     replica_tx: Option<ReplicaTx>,
 }
+
+/// How long a login waits for a connection to check its startup parameters on (see
+/// [`Session::admit`]) before it is let in unchecked.
+const STARTUP_CHECK_WAIT: Duration = Duration::from_secs(1);
 
 /// The settings' fingerprint: 0 for none, else odd (never [`SETTINGS_UNKNOWN`]).
 fn fingerprint(startup: &[(String, String)], sets: &[(String, String)]) -> u64 {
@@ -408,6 +414,7 @@ impl Session {
             statements: Default::default(),
             startup_sets,
             startup_values,
+            startup_warnings: Vec::new(),
             sets: Vec::new(),
             settings,
             pending_sets: Vec::new(),
@@ -452,17 +459,34 @@ impl Session {
     }
 
     /// Before the client is told it is in: make sure its user can log in upstream on its
-    /// database. The first client of a (user, database) on this shard opens a connection
-    /// for it (kept in the pool); the server's refusal becomes this client's FATAL with the
-    /// server's SQLSTATE and message (08006 if it cannot be reached). Later clients of a key
-    /// that logged in once pass without a round trip (their credential is as good: ringwire
-    /// checked it against the same stored secret). With `--upstream-login url` nothing is
+    /// database, and that the server takes its startup parameters, as PostgreSQL checks both
+    /// at login.
+    ///
+    /// The first client of a (user, database) on this shard opens a connection for it (kept
+    /// in the pool); the server's refusal becomes this client's FATAL with the server's
+    /// SQLSTATE and message (08006 if it cannot be reached). Later clients of a key that
+    /// logged in once pass without a round trip (their credential is as good: ringwire
+    /// checked it against the same stored secret). With `--upstream-login url` no login is
     /// checked (`main` logged in as the URL's user at startup).
+    ///
+    /// Startup parameters (`options=-c work_mem=…`, `application_name`…) are given to a
+    /// connection as the settings replay would (see [`Session::check_startup_settings`]); one
+    /// the server refuses fails the login with its error, where before it was a warning on
+    /// every statement. A set of parameters that passed is remembered per key, so only the
+    /// first login with it pays the round trip; one naming a role is checked at every login
+    /// (membership can be revoked). A later login that cannot have a connection within
+    /// [`STARTUP_CHECK_WAIT`] (all busy, or the server unreachable) is let in unchecked: the
+    /// settings replay still reports a refusal, as a warning.
     pub async fn admit(&mut self) -> Result<(), PgError> {
-        if self.shard.login == UpstreamLogin::Url {
-            return Ok(());
-        }
-        if self.primary.parameters.borrow().is_none() {
+        let first_login =
+            self.shard.login == UpstreamLogin::Client && self.primary.parameters.borrow().is_none();
+        let check = !self.startup_sets.is_empty()
+            && !self
+                .primary
+                .accepted_settings
+                .borrow()
+                .contains(&self.settings);
+        if first_login {
             let conn = self
                 .primary
                 .acquire(self.settings, &self.credential, None)
@@ -475,13 +499,102 @@ impl Session {
                     );
                     e.to_fatal()
                 })?;
-            self.shard.release(conn);
+            if check {
+                self.check_startup_settings(conn).await?;
+            } else {
+                self.shard.release(conn);
+            }
+        } else if check {
+            let acquire = self.primary.acquire(self.settings, &self.credential, None);
+            let waited = futures_lite::future::or(async { Some(acquire.await) }, async {
+                glommio::timer::sleep(STARTUP_CHECK_WAIT).await;
+                None
+            })
+            .await;
+            match waited {
+                Some(Ok(conn)) => self.check_startup_settings(conn).await?,
+                Some(Err(e)) => log::info!("startup parameters not checked upstream: {e}"),
+                None => log::info!(
+                    "startup parameters not checked upstream: no connection within \
+                     {STARTUP_CHECK_WAIT:?}"
+                ),
+            }
         }
         if let Some(parameters) = self.primary.parameters.borrow().clone() {
             self.parameters = parameters;
         }
         self.show_startup_parameters();
         Ok(())
+    }
+
+    /// Run this client's startup parameters on `conn` as the settings replay does (`RESET
+    /// ALL`, then each its own Query) and give it back to the pool with them in effect. A
+    /// refusal is the login's FATAL, with the server's SQLSTATE and message (PostgreSQL's own
+    /// at startup: `invalid value for parameter "work_mem": "banana"`, `unrecognized
+    /// configuration parameter`, `permission denied to set parameter`); the connection is
+    /// then closed, its settings half applied. So is one given a `role` or
+    /// `session_authorization`, which `RESET ALL` does not undo. A parameter that only a
+    /// connection's start can set (55P02: `log_connections`, `ignore_system_indexes`) is one
+    /// PostgreSQL takes at login but no pooled connection can be given: it is dropped, with a
+    /// WARNING at login.
+    async fn check_startup_settings(&mut self, mut conn: ServerConn) -> Result<(), PgError> {
+        // These simple Queries replace the server's unnamed statement.
+        conn.statements.set_unnamed(None);
+        let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
+        simple_value(stream, buf, "RESET ALL")
+            .await
+            .map_err(|e| e.to_fatal())?;
+        let mut i = 0;
+        while i < self.startup_sets.len() {
+            match simple_value(stream, buf, &self.startup_sets[i].1).await {
+                Ok(_) => i += 1,
+                Err(e) if e.code == SqlState::CANT_CHANGE_RUNTIME_PARAM => {
+                    let (name, _) = self.startup_sets.remove(i);
+                    self.startup_values.retain(|(n, _)| *n != name);
+                    let mut warning = e.to_error().with_detail(
+                        "ringwire's pooled upstream connections were started without it; \
+                         the startup parameter is ignored.",
+                    );
+                    warning.severity = Severity::Warning;
+                    self.startup_warnings.push(warning);
+                }
+                Err(e) => {
+                    log::info!(
+                        "startup parameter {:?} refused upstream: {e}",
+                        self.startup_sets[i].0
+                    );
+                    return Err(e.to_fatal());
+                }
+            }
+        }
+        self.settings_changed();
+        if !self
+            .startup_sets
+            .iter()
+            .any(|(name, _)| sets_identity(name))
+        {
+            let mut accepted = self.primary.accepted_settings.borrow_mut();
+            if accepted.len() >= ACCEPTED_MAX {
+                accepted.clear();
+            }
+            accepted.insert(self.settings);
+            conn.settings = self.settings;
+            self.shard.release(conn);
+        }
+        Ok(())
+    }
+
+    /// Warnings to send at login, after the ParameterStatus messages.
+    pub fn startup_warnings(&self) -> &[PgError] {
+        &self.startup_warnings
+    }
+
+    /// Recompute what follows from the settings (`startup_sets`, `sets`).
+    fn settings_changed(&mut self) {
+        self.settings = fingerprint(&self.startup_sets, &self.sets);
+        (self.staleness, self.serializable) = read_rules(&self.startup_sets, &self.sets);
+        (self.default_read_only, self.default_isolation) =
+            tx_defaults(&self.startup_sets, &self.sets);
     }
 
     /// The ParameterStatus values to show at startup.
@@ -1731,10 +1844,7 @@ impl Session {
                     }
                 }
             }
-            self.settings = fingerprint(&self.startup_sets, &self.sets);
-            (self.staleness, self.serializable) = read_rules(&self.startup_sets, &self.sets);
-            (self.default_read_only, self.default_isolation) =
-                tx_defaults(&self.startup_sets, &self.sets);
+            self.settings_changed();
             if let Some(server) = self.server.as_mut() {
                 // The server ran them; after RESET ALL it lost the startup values too, so the
                 // next batch replays.
