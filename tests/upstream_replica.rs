@@ -887,7 +887,7 @@ async fn failure(client: &Client, sql: &str) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_follow_the_primary_to_a_promoted_standby() {
     let mut primary = Postgres::start();
-    let standby = Postgres::start_standby(&primary);
+    let mut standby = Postgres::start_standby(&primary);
     // Both hosts in the --upstream URL (libpq's multi-host syntax), the standby first:
     // ringwire takes the one that is not in recovery.
     let url = format!(
@@ -978,7 +978,28 @@ async fn writes_follow_the_primary_to_a_promoted_standby() {
     let late = connect(&rw).await;
     assert_eq!(row(&late, "select v from kv").await, ["4"]);
     assert_eq!(standby.query_value("select v from kv"), "4");
-    drop(primary);
+    // The old primary comes back as a primary (nothing rebuilt it as a standby), and the new
+    // one goes: the old is now the only host that takes writes, but it is on the timeline
+    // the promotion left behind. Writes fail (08006, naming the fence) rather than land on
+    // it, where they would be lost to the new primary's history (a split brain).
+    let (primary, standby) = tokio::task::spawn_blocking(move || {
+        primary.restart();
+        standby.kill();
+        (primary, standby)
+    })
+    .await
+    .unwrap();
+    assert_eq!(primary.query_value("select pg_is_in_recovery()"), "f");
+    for client in clients.iter().chain([&late]) {
+        let (code, message) = failure(client, "update kv set v = 100 where k = 1").await;
+        assert_eq!(code, "08006", "{message}");
+        assert!(
+            message.contains(&format!("127.0.0.1:{}: fenced", primary.port)),
+            "{message}"
+        );
+    }
+    assert_eq!(primary.query_value("select v from kv"), "1");
+    drop((primary, standby));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

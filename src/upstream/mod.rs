@@ -27,7 +27,7 @@ pub mod stats;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,10 @@ pub struct UpstreamConfig {
     pub pool_size_per_shard: usize,
     /// When idle pooled connections are checked or closed.
     pub timers: PoolTimers,
+    /// Of several primary hosts: the highest WAL timeline a primary was seen on, by any shard
+    /// (0: none yet). A primary on an older one is an old primary that came back after a
+    /// standby was promoted over it, and is passed over (see `Pool::open_on_some_host`).
+    pub fence: Arc<AtomicU32>,
 }
 
 /// Health of idle pooled connections, PgBouncer-style (`server_check_delay`,
@@ -315,6 +319,7 @@ impl UpstreamConfig {
             password,
             pool_size_per_shard,
             timers: PoolTimers::default(),
+            fence: Arc::default(),
         })
     }
 }

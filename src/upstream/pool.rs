@@ -948,6 +948,7 @@ impl Pool {
         credential: &Credential,
     ) -> Result<(usize, (ShardStream, ReplyBuf, Handshake)), LoginError> {
         let hosts = 1 + self.config.more_hosts.len();
+        let fenced = self.host == Host::Primary && hosts > 1 && self.config.read_write;
         let first = self.preferred_host.get();
         let mut passed_over = Vec::new();
         for k in 0..hosts {
@@ -967,7 +968,23 @@ impl Pool {
                     credential,
                 };
                 let hs = login(&mut stream, &mut buf, &who).await?;
-                Ok::<_, LoginError>((stream, buf, hs))
+                // Of several primary hosts, a writable one says which timeline it is on
+                // (the first 8 hex digits of its WAL file name), for the fence below.
+                let mut timeline = None;
+                if fenced && read_only_why(&hs.parameters).is_none() {
+                    // A server that cannot say (an older one in recovery) is not fenced.
+                    match simple_value(&mut stream, &mut buf, TIMELINE_QUERY).await {
+                        Ok(name) => {
+                            timeline = name
+                                .as_deref()
+                                .and_then(|n| n.get(..8))
+                                .and_then(|t| u32::from_str_radix(t, 16).ok())
+                        }
+                        Err(e) if passes_over(&e) => return Err(e),
+                        Err(e) => log::info!("upstream {address}: no timeline: {e}"),
+                    }
+                }
+                Ok::<_, LoginError>((stream, buf, hs, timeline))
             };
             // A replica that does not accept a connection in time is out of rotation (the
             // caller takes it out), and one of several primary hosts that does not must not
@@ -993,12 +1010,24 @@ impl Pool {
                 opening.await
             };
             match opened {
-                Ok(opened) => match read_only_why(&opened.2.parameters) {
+                Ok((stream, buf, hs, timeline)) => match read_only_why(&hs.parameters) {
                     Some(why) if self.config.read_write => {
                         log::info!("upstream {address} passed over: {why}");
                         passed_over.push(format!("{address}: {why}"));
                     }
-                    _ => return Ok((at, opened)),
+                    _ => match timeline
+                        .map(|t| (t, self.config.fence.fetch_max(t, Ordering::SeqCst)))
+                    {
+                        Some((t, seen)) if t < seen => {
+                            let why = format!(
+                                "{address}: fenced: a primary on timeline {t}, but one on \
+                                 timeline {seen} was seen (an old primary back after a failover?)"
+                            );
+                            log::warn!("upstream {why}");
+                            passed_over.push(why);
+                        }
+                        _ => return Ok((at, (stream, buf, hs))),
+                    },
                 },
                 Err(e) if hosts > 1 && passes_over(&e) => {
                     log::info!("upstream {address} passed over: {}", e.message);
@@ -1212,6 +1241,10 @@ pub fn no_host(read_write: bool, passed_over: &[String]) -> String {
         passed_over.join("; ")
     )
 }
+
+/// A primary's WAL file name, whose first 8 hex digits are its timeline (PostgreSQL 15 names
+/// it by the timeline WAL is inserted on; a promotion starts a new, higher one).
+const TIMELINE_QUERY: &str = "SELECT pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn())";
 
 /// How long connecting and logging in to one of several primary hosts may take before the
 /// next is tried.
