@@ -501,9 +501,6 @@ impl Engine for Upstream {
             let value = session.startup_value(name).unwrap_or(value);
             backend::write_parameter_status(out, name, value);
         }
-        for warning in session.startup_warnings() {
-            backend::write_notice(out, warning);
-        }
     }
 
     fn relays(&self) -> bool {

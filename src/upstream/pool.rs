@@ -354,6 +354,8 @@ pub struct ServerConn {
     /// Which of its config's hosts it is connected to (`UpstreamConfig::host`): where a
     /// cancel for its backend goes.
     pub at: usize,
+    /// The WAL timeline its host was on when it opened, for the fence (0: not asked).
+    timeline: u32,
     /// When it last went back to the pool (for the health check and the idle timeout).
     released_at: Instant,
     /// The pool it belongs to (weak: the pool holds its idle connections).
@@ -788,6 +790,17 @@ impl Pool {
                 if !timers.idle_timeout.is_zero() && idle_for >= timers.idle_timeout {
                     continue; // the reaper would have closed it
                 }
+                let fence = self.config.fence.load(Ordering::Relaxed);
+                if conn.timeline < fence && conn.timeline != 0 {
+                    log::warn!(
+                        "upstream connection {} to {} closed: fenced (its host was on timeline \
+                         {}, a primary on timeline {fence} was seen since)",
+                        conn.process_id,
+                        self.config.host(conn.at),
+                        conn.timeline
+                    );
+                    continue;
+                }
                 if !conn.alive().await {
                     log::info!(
                         "upstream connection {} was closed while idle",
@@ -913,7 +926,7 @@ impl Pool {
             let cached = self.credential.borrow().clone();
             cached.unwrap_or_else(|| credential.clone())
         };
-        let (at, (stream, buf, hs)) = self.open_on_some_host(&credential).await?;
+        let (at, (stream, buf, hs), timeline) = self.open_on_some_host(&credential).await?;
         self.preferred_host.set(at);
         // A client's cleartext password stays in its session only (it is not the pool's to
         // keep); the ClientKey and md5 hash are what PgBouncer keeps per user too.
@@ -932,6 +945,7 @@ impl Pool {
             settings: 0,
             host: self.host,
             at,
+            timeline,
             released_at: Instant::now(),
             pool: Rc::downgrade(self),
             _slot: Some(slot),
@@ -946,7 +960,7 @@ impl Pool {
     async fn open_on_some_host(
         &self,
         credential: &Credential,
-    ) -> Result<(usize, (ShardStream, ReplyBuf, Handshake)), LoginError> {
+    ) -> Result<(usize, (ShardStream, ReplyBuf, Handshake), u32), LoginError> {
         let hosts = 1 + self.config.more_hosts.len();
         let fenced = self.host == Host::Primary && hosts > 1 && self.config.read_write;
         let first = self.preferred_host.get();
@@ -1026,7 +1040,7 @@ impl Pool {
                             log::warn!("upstream {why}");
                             passed_over.push(why);
                         }
-                        _ => return Ok((at, (stream, buf, hs))),
+                        _ => return Ok((at, (stream, buf, hs), timeline.unwrap_or(0))),
                     },
                 },
                 Err(e) if hosts > 1 && passes_over(&e) => {
@@ -1222,6 +1236,7 @@ impl ServerConn {
             settings: pipe.settings,
             host: pipe.host,
             at: pipe.at,
+            timeline: 0,
             released_at: Instant::now(),
             pool: Rc::downgrade(&pipe.pool),
             _slot: None,

@@ -55,8 +55,8 @@ use super::classify::{
 use super::client::{simple_value, LoginError, ReplyBuf};
 use super::pipe::Lease;
 use super::pool::{
-    ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream, StatementKey,
-    ACCEPTED_MAX, SETTINGS_UNKNOWN,
+    passes_over, ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream,
+    StatementKey, ACCEPTED_MAX, SETTINGS_UNKNOWN,
 };
 use super::stats::Counters;
 use super::UpstreamLogin;
@@ -225,8 +225,6 @@ pub struct Session {
     startup_sets: Vec<(String, String)>,
     /// Each startup parameter's value as the client sent it, by lower-cased name.
     startup_values: Vec<(String, String)>,
-    /// Warnings for the client at login (startup parameters a pooled connection cannot take).
-    startup_warnings: Vec<PgError>,
     /// Committed SETs, by lower-cased name.
     sets: Vec<(String, String)>,
     settings: u64,
@@ -302,8 +300,17 @@ fn fingerprint(startup: &[(String, String)], sets: &[(String, String)]) -> u64 {
     h.finish() | 1
 }
 
+/// `v` as a string literal that reads the same whatever `standard_conforming_strings` is (a
+/// startup parameter may turn it off before the others are replayed, and then a backslash in
+/// a plain literal would escape its closing quote): with a backslash, an `E''` literal with
+/// backslashes doubled, as PostgreSQL's own `quote_literal` writes it.
 fn quote_literal(v: &str) -> String {
-    format!("'{}'", v.replace('\'', "''"))
+    let quoted = v.replace('\'', "''");
+    if v.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
 }
 
 /// Settings whose value is a list of identifiers (PostgreSQL's GUC_LIST_QUOTE ones a session
@@ -315,6 +322,29 @@ const LIST_SETTINGS: &[&str] = &[
     "local_preload_libraries",
     "session_preload_libraries",
 ];
+
+/// The words of a startup `options` value as PostgreSQL's `pg_split_opts` splits them: at
+/// whitespace, where a backslash makes the next character part of the word (`My\ Schema`).
+fn split_options(value: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut chars = value.chars();
+    let mut word = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => word.extend(chars.next()),
+            c if c.is_ascii_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
 
 /// The statement that gives a connection the startup parameter `name` (lower-cased) =
 /// `value` as PostgreSQL's startup would: `SET name TO 'value'`, or for a list setting
@@ -363,7 +393,8 @@ impl Session {
                 "user" | "database" | "replication" => {}
                 "options" => {
                     // `-c name=value` and `--name=value`, as PostgreSQL reads them.
-                    let mut words = value.split_whitespace();
+                    let words = split_options(value);
+                    let mut words = words.iter().map(String::as_str);
                     while let Some(w) = words.next() {
                         let setting = match w {
                             "-c" => words.next(),
@@ -377,6 +408,10 @@ impl Session {
                 _ => add(name, value),
             }
         }
+        // The replay's statements are read in the connection's client encoding: a startup
+        // `client_encoding` is replayed last, so the other values are read as the connection's
+        // own encoding reads them (ringwire's, UTF-8), not as EUC_JP, say.
+        startup_sets.sort_by_key(|(name, _)| name == "client_encoding");
         // A startup `role` / `session_authorization` (`options=-c role=x`) is replayed as a SET
         // that RESET ALL does not undo: the session keeps its connection, as a SET ROLE would.
         // So does a startup `search_path` naming `pg_temp` (its tables would be temporary), and
@@ -414,7 +449,6 @@ impl Session {
             statements: Default::default(),
             startup_sets,
             startup_values,
-            startup_warnings: Vec::new(),
             sets: Vec::new(),
             settings,
             pending_sets: Vec::new(),
@@ -473,20 +507,26 @@ impl Session {
     /// connection as the settings replay would (see [`Session::check_startup_settings`]); one
     /// the server refuses fails the login with its error, where before it was a warning on
     /// every statement. A set of parameters that passed is remembered per key, so only the
-    /// first login with it pays the round trip; one naming a role is checked at every login
-    /// (membership can be revoked). A later login that cannot have a connection within
+    /// first login with it pays the round trip. One naming a role or session authorization
+    /// is checked at every login (membership can be revoked) and waits for a connection as a
+    /// first login does. Any other login that cannot have a connection within
     /// [`STARTUP_CHECK_WAIT`] (all busy, or the server unreachable) is let in unchecked: the
     /// settings replay still reports a refusal, as a warning.
     pub async fn admit(&mut self) -> Result<(), PgError> {
         let first_login =
             self.shard.login == UpstreamLogin::Client && self.primary.parameters.borrow().is_none();
-        let check = !self.startup_sets.is_empty()
-            && !self
-                .primary
-                .accepted_settings
-                .borrow()
-                .contains(&self.settings);
-        if first_login {
+        let identity = self
+            .startup_sets
+            .iter()
+            .any(|(name, _)| sets_identity(name));
+        let check = identity
+            || !self.startup_sets.is_empty()
+                && !self
+                    .primary
+                    .accepted_settings
+                    .borrow()
+                    .contains(&self.settings);
+        if first_login || identity {
             let conn = self
                 .primary
                 .acquire(self.settings, &self.credential, None)
@@ -528,65 +568,75 @@ impl Session {
     }
 
     /// Run this client's startup parameters on `conn` as the settings replay does (`RESET
-    /// ALL`, then each its own Query) and give it back to the pool with them in effect. A
-    /// refusal is the login's FATAL, with the server's SQLSTATE and message (PostgreSQL's own
-    /// at startup: `invalid value for parameter "work_mem": "banana"`, `unrecognized
-    /// configuration parameter`, `permission denied to set parameter`); the connection is
-    /// then closed, its settings half applied. So is one given a `role` or
-    /// `session_authorization`, which `RESET ALL` does not undo. A parameter that only a
-    /// connection's start can set (55P02: `log_connections`, `ignore_system_indexes`) is one
-    /// PostgreSQL takes at login but no pooled connection can be given: it is dropped, with a
-    /// WARNING at login.
+    /// ALL`, then each its own Query). A refusal is the login's FATAL, with the server's
+    /// SQLSTATE and message (PostgreSQL's own at startup: `invalid value for parameter
+    /// "work_mem": "banana"`, `unrecognized configuration parameter`, `permission denied to
+    /// set parameter`), and also for a parameter only a backend's start can set (55P02,
+    /// `log_connections`), which no pooled connection can be given. Two refusals are not
+    /// the login's: `temp_tablespaces` naming no tablespace (PostgreSQL ignores that at
+    /// startup, refuses it in a SET) and 42602 (a placeholder prefix reserved because a
+    /// library was loaded on this connection, not on a fresh backend); those stay warnings
+    /// on the client's statements, as before.
+    ///
+    /// The connection then goes back to the pool: with the settings in effect after a pass,
+    /// marked [`SETTINGS_UNKNOWN`] after a refusal. Not that of a session pinned from its
+    /// startup (a `role`, which `RESET ALL` does not undo; `standard_conforming_strings`
+    /// off): that one is closed.
     async fn check_startup_settings(&mut self, mut conn: ServerConn) -> Result<(), PgError> {
         // These simple Queries replace the server's unnamed statement.
         conn.statements.set_unnamed(None);
         let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
-        simple_value(stream, buf, "RESET ALL")
-            .await
-            .map_err(|e| e.to_fatal())?;
-        let mut i = 0;
-        while i < self.startup_sets.len() {
-            match simple_value(stream, buf, &self.startup_sets[i].1).await {
-                Ok(_) => i += 1,
-                Err(e) if e.code == SqlState::CANT_CHANGE_RUNTIME_PARAM => {
-                    let (name, _) = self.startup_sets.remove(i);
-                    self.startup_values.retain(|(n, _)| *n != name);
-                    let mut warning = e.to_error().with_detail(
-                        "ringwire's pooled upstream connections were started without it; \
-                         the startup parameter is ignored.",
-                    );
-                    warning.severity = Severity::Warning;
-                    self.startup_warnings.push(warning);
+        let mut refusal = simple_value(stream, buf, "RESET ALL").await.err();
+        for (name, stmt) in &self.startup_sets {
+            if refusal.is_some() {
+                break;
+            }
+            match simple_value(stream, buf, stmt).await {
+                Ok(_) => {}
+                Err(e)
+                    if e.code.as_str() == "42602"
+                        || name == "temp_tablespaces" && !passes_over(&e) =>
+                {
+                    log::info!("startup parameter {name:?} refused upstream, kept: {e}");
                 }
                 Err(e) => {
-                    log::info!(
-                        "startup parameter {:?} refused upstream: {e}",
-                        self.startup_sets[i].0
-                    );
-                    return Err(e.to_fatal());
+                    log::info!("startup parameter {name:?} refused upstream: {e}");
+                    refusal = Some(e);
                 }
             }
         }
-        self.settings_changed();
-        if !self
-            .startup_sets
-            .iter()
-            .any(|(name, _)| sets_identity(name))
-        {
-            let mut accepted = self.primary.accepted_settings.borrow_mut();
-            if accepted.len() >= ACCEPTED_MAX {
-                accepted.clear();
+        let Some(e) = refusal else {
+            if !self
+                .startup_sets
+                .iter()
+                .any(|(name, _)| sets_identity(name))
+            {
+                let mut accepted = self.primary.accepted_settings.borrow_mut();
+                if accepted.len() >= ACCEPTED_MAX {
+                    accepted.clear();
+                }
+                accepted.insert(self.settings);
             }
-            accepted.insert(self.settings);
-            conn.settings = self.settings;
+            if !self.pinned {
+                conn.settings = self.settings;
+                self.shard.release(conn);
+            }
+            return Ok(());
+        };
+        if !self.pinned && !passes_over(&e) {
+            // The server answered and is idle again; what of these settings took is unknown.
+            conn.settings = SETTINGS_UNKNOWN;
             self.shard.release(conn);
         }
-        Ok(())
-    }
-
-    /// Warnings to send at login, after the ParameterStatus messages.
-    pub fn startup_warnings(&self) -> &[PgError] {
-        &self.startup_warnings
+        let fatal = e.to_fatal();
+        Err(if e.message.ends_with("after connection start") {
+            fatal.with_detail(
+                "ringwire's pooled upstream connections are started by ringwire: a parameter \
+                 that only a connection's start can set cannot be given to them.",
+            )
+        } else {
+            fatal
+        })
     }
 
     /// Recompute what follows from the settings (`startup_sets`, `sets`).
