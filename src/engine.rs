@@ -2515,8 +2515,9 @@ impl Engine for Frontend {
 }
 
 /// The `options` startup parameter: `-c name=value` and `--name=value`, space separated,
-/// backslash escaping a space.
-fn parse_options(options: &str) -> Result<Vec<(String, String)>, PgError> {
+/// backslash escaping a space, as PostgreSQL's `pg_split_opts` reads it (upstream mode reads
+/// it with this too).
+pub(crate) fn parse_options(options: &str) -> Result<Vec<(String, String)>, PgError> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let mut chars = options.chars();

@@ -323,29 +323,6 @@ const LIST_SETTINGS: &[&str] = &[
     "session_preload_libraries",
 ];
 
-/// The words of a startup `options` value as PostgreSQL's `pg_split_opts` splits them: at
-/// whitespace, where a backslash makes the next character part of the word (`My\ Schema`).
-fn split_options(value: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut chars = value.chars();
-    let mut word = String::new();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => word.extend(chars.next()),
-            c if c.is_ascii_whitespace() => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-            }
-            c => word.push(c),
-        }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    words
-}
-
 /// The statement that gives a connection the startup parameter `name` (lower-cased) =
 /// `value` as PostgreSQL's startup would: `SET name TO 'value'`, or for a list setting
 /// `set_config`, which reads the string as startup does.
@@ -392,17 +369,10 @@ impl Session {
             match name {
                 "user" | "database" | "replication" => {}
                 "options" => {
-                    // `-c name=value` and `--name=value`, as PostgreSQL reads them.
-                    let words = split_options(value);
-                    let mut words = words.iter().map(String::as_str);
-                    while let Some(w) = words.next() {
-                        let setting = match w {
-                            "-c" => words.next(),
-                            _ => w.strip_prefix("-c").or_else(|| w.strip_prefix("--")),
-                        };
-                        if let Some((n, v)) = setting.and_then(|s| s.split_once('=')) {
-                            add(&n.replace('-', "_"), v);
-                        }
+                    // `-c name=value` and `--name=value`, as PostgreSQL reads them (the
+                    // embedded engine's reader: a malformed word is the login's FATAL).
+                    for (n, v) in crate::engine::parse_options(value)? {
+                        add(&n, &v);
                     }
                 }
                 _ => add(name, value),
