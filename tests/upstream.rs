@@ -277,8 +277,10 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
             "-c work_mem=7MB -c nosuch.x=1 -c search_path=a,b",
             "",
         ),
-        // A backslash keeps a space in the word, as PostgreSQL splits options.
+        // A backslash keeps a space in the word, as PostgreSQL splits options: refused
+        // unquoted (list syntax), let in quoted.
         ("postgres", r"-c search_path=public,My\ Schema", ""),
+        ("postgres", r#"-c search_path=public,"My\ Schema""#, ""),
         // PostgreSQL lets a missing temp tablespace in at startup (and refuses it in a SET, so
         // through ringwire its statements run with the default, and a warning).
         ("postgres", "-c temp_tablespaces=nosuch", ""),
