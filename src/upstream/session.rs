@@ -510,7 +510,7 @@ impl Session {
                     e.to_fatal()
                 })?;
             if check {
-                self.check_startup_settings(conn).await?;
+                self.check_startup_settings(conn, !identity).await?;
             } else {
                 self.shard.release(conn);
             }
@@ -522,7 +522,7 @@ impl Session {
             })
             .await;
             match waited {
-                Some(Ok(conn)) => self.check_startup_settings(conn).await?,
+                Some(Ok(conn)) => self.check_startup_settings(conn, !identity).await?,
                 Some(Err(e)) => log::info!("startup parameters not checked upstream: {e}"),
                 None => log::info!(
                     "startup parameters not checked upstream: no connection within \
@@ -552,7 +552,12 @@ impl Session {
     /// marked [`SETTINGS_UNKNOWN`] after a refusal. Not that of a session pinned from its
     /// startup (a `role`, which `RESET ALL` does not undo; `standard_conforming_strings`
     /// off): that one is closed.
-    async fn check_startup_settings(&mut self, mut conn: ServerConn) -> Result<(), PgError> {
+    /// `remember`: a pass goes into the key's accepted sets (not for a role: see `admit`).
+    async fn check_startup_settings(
+        &mut self,
+        mut conn: ServerConn,
+        remember: bool,
+    ) -> Result<(), PgError> {
         // These simple Queries replace the server's unnamed statement.
         conn.statements.set_unnamed(None);
         let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
@@ -576,11 +581,7 @@ impl Session {
             }
         }
         let Some(e) = refusal else {
-            if !self
-                .startup_sets
-                .iter()
-                .any(|(name, _)| sets_identity(name))
-            {
+            if remember {
                 let mut accepted = self.primary.accepted_settings.borrow_mut();
                 if accepted.len() >= ACCEPTED_MAX {
                     accepted.clear();
