@@ -200,6 +200,14 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 16)]
     upstream_pipeline_depth: usize,
 
+    /// Upstream mode, `--upstream-pipeline on`: a pipelined connection whose oldest statement
+    /// has run this many milliseconds takes no more clients' statements behind it, and
+    /// statements of that shape (its words, literals left out) run on a connection of their
+    /// own until one runs quicker (docs/ARCHITECTURE.md, pipelining hazard 1).
+    #[arg(long, value_name = "MS", default_value_t = ringwire::upstream::PIPELINE_SLOW.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    upstream_pipeline_slow_ms: u64,
+
     /// io_uring path: microseconds a quiet shard polls its ring and doorbell before it
     /// sleeps, while the machine has CPU to spare (a probe of 100 ms in every second found
     /// 0.3 CPU idle or more, and other runnable threads do not outnumber the CPUs); saves a
@@ -445,6 +453,7 @@ fn upstream_config(
         applied: Arc::new(std::sync::atomic::AtomicU64::new(applied)),
         wal,
         pipeline_depth,
+        pipeline_slow: ringwire::upstream::PIPELINE_SLOW,
         login,
         max_connections,
         auth_query: auth_query.map(Arc::from),
@@ -562,7 +571,10 @@ fn main() -> ExitCode {
             cli.upstream_max_connections,
             cli.upstream_auth_query.clone(),
         ) {
-            Ok(u) => Some(u),
+            Ok((mut u, parameters)) => {
+                u.pipeline_slow = std::time::Duration::from_millis(cli.upstream_pipeline_slow_ms);
+                Some((u, parameters))
+            }
             Err(e) => {
                 eprintln!("ringwire: {e}");
                 return ExitCode::from(2);

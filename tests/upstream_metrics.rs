@@ -253,3 +253,55 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
     assert_eq!(m.get(&replica_open), Some(&1.0), "{m:?}");
     standby.query_value("select pg_wal_replay_resume()");
 }
+
+/// `--upstream-pipeline on`: a unit that runs for `--upstream-pipeline-slow-ms` at the head
+/// of its pipe has its shape remembered (counted once); the next batch of that shape runs on
+/// a connection of its own and, while it is still slow, is not counted again; a quick run
+/// forgets the shape, so the next slow run on a pipe counts again. Quick reads count nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_pipelined_statements_found_slow() {
+    let pg = Postgres::start();
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let url = pg.url();
+    let rw = Ringwire::start(&[
+        "--shards",
+        "1",
+        "--upstream",
+        &url,
+        "--upstream-pipeline",
+        "on",
+        "--upstream-pipeline-slow-ms",
+        "50",
+        "--metrics-listen",
+        &listen,
+    ]);
+    let slow = || {
+        sum(
+            &scrape(metrics_port),
+            "ringwire_upstream_pipeline_slow_units_total",
+        )
+    };
+    let c = connect(&rw).await;
+    for i in 0..20 {
+        c.simple_query(&format!("select {i}")).await.unwrap();
+    }
+    assert_eq!(slow(), 0.0);
+    let sleep = async |secs: &str| {
+        c.simple_query(&format!("select pg_sleep({secs})"))
+            .await
+            .unwrap();
+    };
+    sleep("0.2").await;
+    assert_eq!(slow(), 1.0, "a 200 ms unit was not found slow");
+    // Alone now, still slow: remembered already.
+    sleep("0.2").await;
+    assert_eq!(slow(), 1.0);
+    // A quick run alone forgets it; the next slow run is on a pipe and found again.
+    sleep("0").await;
+    sleep("0.2").await;
+    assert_eq!(slow(), 2.0, "a quick run did not forget the shape");
+    // A different quick shape is untouched.
+    c.simple_query("select 1 + 1").await.unwrap();
+    assert_eq!(slow(), 2.0);
+}

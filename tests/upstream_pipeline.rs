@@ -14,6 +14,12 @@ use common::ringwire::{rss_kib, Ringwire};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
+/// For tests of what happens to units queued behind a long one: without it, a unit does not
+/// join a pipe whose head has run for 10 ms while the pool has another connection, and a
+/// shape that ran that long runs alone after (see
+/// `a_long_read_does_not_hold_up_clients_that_come_after_it`).
+const QUEUE_BEHIND_LONG_UNITS: [&str; 2] = ["--upstream-pipeline-slow-ms", "60000"];
+
 fn start(pg: &Postgres, pool: &str, extra: &[&str]) -> Ringwire {
     let url = pg.url();
     let mut args = vec![
@@ -249,7 +255,7 @@ async fn a_client_that_disconnects_mid_unit_costs_the_others_nothing() {
     use common::wire::{read_messages, simple_query, startup_message};
     use tokio::io::AsyncWriteExt;
     let pg = Postgres::start();
-    let rw = start(&pg, "1", &[]);
+    let rw = start(&pg, "1", &QUEUE_BEHIND_LONG_UNITS);
     warm(&rw, 1).await;
     for round in 0..3 {
         let before = connect(&rw).await;
@@ -341,6 +347,73 @@ async fn a_write_waiting_for_a_row_lock_holds_up_no_other_client() {
     assert_eq!(text_rows(rows)[0][0].as_deref(), Some("2"));
 }
 
+/// A long read on a pipe holds up only the units that joined before it had run long, and
+/// only the first time its shape (its text without literals) runs: a pipe whose head has run
+/// for `--upstream-pipeline-slow-ms` (10 ms) takes no new units while the pool has another
+/// connection, and a batch of a shape that was that slow runs on a connection of its own. Without either, the quick reads here would
+/// wait the slow one out on its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_read_does_not_hold_up_clients_that_come_after_it() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "2", &[]);
+    warm(&rw, 2).await;
+    let slow = connect(&rw).await;
+    let quick = connect(&rw).await;
+    let sleep = |secs: &'static str| {
+        let slow = &slow;
+        async move {
+            let rows = slow
+                .simple_query(&format!("select pg_sleep({secs}), 'slept'"))
+                .await
+                .unwrap();
+            assert_eq!(text_rows(rows)[0][1].as_deref(), Some("slept"));
+        }
+    };
+    // The quick client's read; how long it took.
+    let read = |n: i32| {
+        let quick = &quick;
+        async move {
+            let started = Instant::now();
+            let rows = quick
+                .simple_query(&format!("select {n} + 1"))
+                .await
+                .unwrap();
+            assert_eq!(text_rows(rows)[0][0], Some((n + 1).to_string()));
+            started.elapsed()
+        }
+    };
+    // 1. Reads that come while the long one runs go elsewhere.
+    let (_, took) = tokio::join!(sleep("1"), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut took = Vec::new();
+        for n in 0..3 {
+            took.push(read(n).await);
+        }
+        took
+    });
+    for t in &took {
+        assert!(
+            *t < Duration::from_millis(500),
+            "a read waited behind a long one that had run for 200 ms: {took:?}"
+        );
+    }
+    // 2. The same shape again, with a read right behind it (well within 10 ms): the long one
+    //    runs on a connection of its own now, so the read does not queue behind it.
+    for _ in 0..2 {
+        let (_, took) = tokio::join!(sleep("0.8"), async {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            read(7).await
+        });
+        assert!(
+            took < Duration::from_millis(500),
+            "a read waited behind a long read of a shape that was slow before: {took:?}"
+        );
+    }
+    // Everyone still gets their own answers afterwards.
+    sleep("0.01").await;
+    assert!(read(41).await < Duration::from_secs(5));
+}
+
 /// The client whose session reads a pipe also writes the units queued behind its own. If
 /// PostgreSQL is not reading (it runs the unit ahead) a large unit's write waits, and a cancel
 /// of the reader's own statement ends that wait midway: part of a message may be on the wire.
@@ -349,7 +422,7 @@ async fn a_write_waiting_for_a_row_lock_holds_up_no_other_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_that_stops_a_write_midway_fails_the_pipe_instead_of_hanging_it() {
     let pg = Postgres::start();
-    let rw = start(&pg, "1", &[]);
+    let rw = start(&pg, "1", &QUEUE_BEHIND_LONG_UNITS);
     warm(&rw, 1).await;
     let reader = connect(&rw).await;
     let writer = connect(&rw).await;
@@ -398,7 +471,7 @@ async fn a_cancel_that_stops_a_write_midway_fails_the_pipe_instead_of_hanging_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_of_a_queued_unit_hits_only_its_own_statement() {
     let pg = Postgres::start();
-    let rw = start(&pg, "1", &[]);
+    let rw = start(&pg, "1", &QUEUE_BEHIND_LONG_UNITS);
     warm(&rw, 1).await;
     // Cancel the second of two units on the pipe.
     let first = connect(&rw).await;
@@ -512,7 +585,7 @@ async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
     use common::wire::simple_query;
     use tokio::io::AsyncWriteExt;
     let pg = Postgres::start();
-    let rw = start(&pg, "2", &[]);
+    let rw = start(&pg, "2", &QUEUE_BEHIND_LONG_UNITS);
     // Both pool connections get the raw sessions' settings.
     for _ in 0..2 {
         assert_eq!(raw_select(raw_session(&rw, None).await, 1).await, 2);
@@ -567,6 +640,8 @@ async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
 /// stopped at the 1 MiB buffer limit both would wait for each other for good. While units are
 /// queued behind, a result of up to 8 MiB is read on, so this one (7 MB, more than the socket
 /// buffers on the way to the client take; it deadlocked with the 1 MiB limit) is freed.
+/// The result's unit has been at the head for far over 10 ms when the inner statement comes:
+/// it joins anyway, since the pool (of one) has no other connection to give.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_deadlocked() {
     use common::wire::simple_query;

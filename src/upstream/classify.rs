@@ -396,20 +396,30 @@ pub enum TxControl {
 /// `share`: `FOR [KEY] SHARE`). Writes are left out because a write can wait for a row lock,
 /// and every unit queued behind it on the pipe would wait too, where PostgreSQL's deadlock
 /// detector cannot see the wait (docs/ARCHITECTURE.md, the pipelining hazards).
-/// Allocation-free. Anything doubtful is `false`: it costs one batch the shared connection,
+/// Allocation-free. Anything doubtful is `None`: it costs one batch the shared connection,
 /// never another client's correctness.
-pub fn autocommit_only(sql: &str) -> bool {
+///
+/// If it is, the result is the statement's *shape*: a hash of its words, lower-cased, in
+/// order — the text without its literals, numbers, operators and comments, so that
+/// `… WHERE aid = 17` and `… WHERE aid = 42` share one (never 0). The pipelines remember the
+/// shapes that ran long (`SlowShapes`); the words are scanned here anyway.
+pub fn autocommit_shape(sql: &str) -> Option<u64> {
     if !plainly_stateless(sql) || unbalanced_quotes(sql) || sql.contains('\\') {
-        return false;
+        return None;
     }
     let mut statements = 0;
     for_each_statement(sql, |_| statements += 1);
     if statements != 1 {
-        return false;
+        return None;
     }
     let mut first = true;
     let mut ok = true;
+    let mut shape = FNV_OFFSET;
     for_each_word(sql, |word, _| {
+        for &c in word.as_bytes() {
+            shape = (shape ^ u64::from(c.to_ascii_lowercase())).wrapping_mul(FNV_PRIME);
+        }
+        shape = (shape ^ u64::from(b' ')).wrapping_mul(FNV_PRIME);
         let is = |list: &[&str]| list.iter().any(|w| word.eq_ignore_ascii_case(w));
         if first {
             first = false;
@@ -437,7 +447,18 @@ pub fn autocommit_only(sql: &str) -> bool {
         }
         ok
     });
-    ok && !first
+    (ok && !first).then_some(shape.max(1))
+}
+
+/// FNV-1a, 64 bits: the shape hash (a few words per statement; no allocation, no table).
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// One batch's shape from its statements' ([`autocommit_shape`], in order).
+pub fn combine_shapes(batch: u64, statement: u64) -> u64 {
+    (batch.rotate_left(17) ^ statement)
+        .wrapping_mul(FNV_PRIME)
+        .max(1)
 }
 
 pub fn route(sql: &str) -> Route {
@@ -1030,6 +1051,38 @@ fn unbalanced_quotes(sql: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn autocommit_only(sql: &str) -> bool {
+        autocommit_shape(sql).is_some()
+    }
+
+    #[test]
+    fn shapes_leave_out_literals_and_keep_words() {
+        let shape = |sql| autocommit_shape(sql).expect(sql);
+        let pgbench = shape("SELECT abalance FROM pgbench_accounts WHERE aid = 17;");
+        assert_eq!(
+            pgbench,
+            shape("select abalance  from pgbench_accounts where aid=42")
+        );
+        assert_eq!(
+            shape("select pg_sleep(0.3)"),
+            shape("SELECT pg_sleep(0.001)")
+        );
+        assert_eq!(
+            shape("select * from t where a = 'x'"),
+            shape("select * from t where a='y'")
+        );
+        assert_ne!(
+            pgbench,
+            shape("SELECT bbalance FROM pgbench_branches WHERE bid = 17")
+        );
+        assert_ne!(shape("select * from t"), shape("select * from u"));
+        assert_ne!(shape("select a from t"), shape("select from at"));
+        // A batch's shape depends on its statements and their order.
+        let (a, b) = (shape("select 1 from t"), shape("select 1 from u"));
+        assert_ne!(combine_shapes(a, b), combine_shapes(b, a));
+        assert_ne!(combine_shapes(0, a), 0);
+    }
 
     #[test]
     fn autocommit_only_statements() {

@@ -24,6 +24,8 @@ mod replica;
 mod session;
 pub mod stats;
 
+pub use pipe::SLOW_UNIT as PIPELINE_SLOW;
+
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -122,6 +124,9 @@ pub struct Upstreams {
     /// Most autocommit units of different clients pipelined on one upstream connection
     /// (`--upstream-pipeline`); 0 or 1: none, every unit takes a connection of its own.
     pub pipeline_depth: usize,
+    /// `--upstream-pipeline-slow-ms`: a pipe's head unit that has run this long is slow
+    /// (`pipe.rs`, "A long statement").
+    pub pipeline_slow: Duration,
     /// `--upstream-login`.
     pub login: UpstreamLogin,
     /// `--upstream-max-connections`: connections to each host over every (user, database)

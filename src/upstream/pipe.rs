@@ -39,6 +39,17 @@
 //! clients are queued behind it, the limit is [`UNIT_BUFFER_BYTES_AHEAD`] instead, so a client
 //! that waits for one of them before it reads on is not deadlocked by a result that fits.
 //!
+//! **A long statement.** Every unit queued behind a unit waits for it: a report of seconds
+//! on a pipe would hold up every client that joined it. So a new unit does not join a pipe
+//! whose head unit has run for [`SlowShapes::limit`] (`--upstream-pipeline-slow-ms`, 10 ms)
+//! while the pool has a connection to give without waiting, and the shape of a unit that ran
+//! that long (`classify::autocommit_shape`: its words, literals left out) is remembered in the
+//! shard's [`SlowShapes`]; a batch of that shape then runs on a connection of its own until a
+//! run of it is quick again. What is left: the units that joined before the head had run that
+//! long, the first time a shape is slow, and units that join while the pool is exhausted
+//! (waiting for a connection would be no quicker, and would deadlock a client that runs a
+//! statement while it reads a result, the case `UNIT_BUFFER_BYTES_AHEAD` is for).
+//!
 //! The pipe gives its connection back to the shard's pool when its last unit is done.
 
 use std::cell::{Cell, RefCell};
@@ -47,6 +58,7 @@ use std::future::poll_fn;
 use std::io;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use super::client::ReplyBuf;
 use super::pool::{ConnStatements, Host, Pool, ServerConn, ShardUpstream};
@@ -68,6 +80,8 @@ pub struct Unit {
     /// The reader, waiting for this unit's client to take its replies (they reached
     /// [`UNIT_BUFFER_BYTES`]).
     drained: Cell<Option<Waker>>,
+    /// The batch's shape (see [`SlowShapes`]).
+    shape: u64,
 }
 
 impl Unit {
@@ -124,6 +138,9 @@ pub struct Pipe {
     depth: usize,
     /// Units taken since the pipe opened.
     taken: Cell<usize>,
+    /// When the unit at the head of `units` became the head: it has run (or waited for its
+    /// client to take replies) since about then.
+    head_since: Cell<Instant>,
 }
 
 /// Units a pipe takes while other clients wait for a connection of the pool; then it drains
@@ -174,6 +191,7 @@ impl Pipe {
             reader: Cell::new(None),
             depth,
             taken: Cell::new(0),
+            head_since: Cell::new(Instant::now()),
         })
     }
 
@@ -188,6 +206,23 @@ impl Pipe {
             && self.settings == settings
             && self.units.borrow().len() < self.depth
             && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.pool.has_waiters())
+    }
+
+    /// The unit at the head has run for [`SlowShapes::limit`] (module doc, "A long
+    /// statement").
+    pub fn head_is_slow(&self, now: Instant) -> bool {
+        !self.units.borrow().is_empty()
+            && now.saturating_duration_since(self.head_since.get()) >= self.shard.slow.limit
+    }
+
+    /// Units completed at the head: the first had run since `head_since`; if that was long,
+    /// its shape is remembered as slow. The next head starts now.
+    fn popped(&self, first_shape: u64) {
+        let now = Instant::now();
+        if now.saturating_duration_since(self.head_since.get()) >= self.shard.slow.limit {
+            self.shard.slow.mark(first_shape);
+        }
+        self.head_since.set(now);
     }
 
     /// How many bytes of replies the unit at the head may hold before the reader stops:
@@ -321,7 +356,8 @@ impl Pipe {
             let conn = reading.conn.as_mut().expect("held while reading");
             let (stream, buf) = conn.own_io().expect("a pipe holds its connection whole");
             let routed = route(&self.units, buf);
-            if routed.popped {
+            if let Some(shape) = routed.popped {
+                self.popped(shape);
                 self.maybe_cancel();
             }
             if let Some(why) = routed.failed {
@@ -424,11 +460,17 @@ impl Drop for Reading {
 pub struct Lease {
     pipe: Rc<Pipe>,
     unit: Option<Rc<Unit>>,
+    /// The batch's shape, for its unit.
+    shape: u64,
 }
 
 impl Lease {
-    pub fn new(pipe: Rc<Pipe>) -> Lease {
-        Lease { pipe, unit: None }
+    pub fn new(pipe: Rc<Pipe>, shape: u64) -> Lease {
+        Lease {
+            pipe,
+            unit: None,
+            shape,
+        }
     }
 
     /// Queue `bytes` as this client's unit (written by the reader, at once if there is none).
@@ -443,9 +485,17 @@ impl Lease {
         }
         let owed = ready_for_query_count(bytes);
         debug_assert!(owed > 0, "a unit ends with Sync or Query");
-        let unit = Rc::new(Unit::default());
+        let unit = Rc::new(Unit {
+            shape: self.shape,
+            ..Unit::default()
+        });
         unit.owed.set(owed);
-        pipe.units.borrow_mut().push_back(unit.clone());
+        let mut units = pipe.units.borrow_mut();
+        if units.is_empty() {
+            pipe.head_since.set(Instant::now());
+        }
+        units.push_back(unit.clone());
+        drop(units);
         pipe.taken.set(pipe.taken.get() + 1);
         pipe.outbox.borrow_mut().extend_from_slice(bytes);
         if let Some(w) = pipe.reader.take() {
@@ -530,8 +580,8 @@ impl Drop for Lease {
 /// What [`route`] did.
 #[derive(Debug, Default)]
 struct Routed {
-    /// A unit completed.
-    popped: bool,
+    /// Units completed; the shape of the first.
+    popped: Option<u64>,
     /// The pipe must fail.
     failed: Option<String>,
 }
@@ -574,9 +624,66 @@ fn route(units: &RefCell<VecDeque<Rc<Unit>>>, buf: &mut ReplyBuf) -> Routed {
         if head.owed.get() == 0 {
             head.done.set(true);
             units.borrow_mut().pop_front();
-            routed.popped = true;
+            routed.popped.get_or_insert(head.shape);
         }
         head.wake();
+    }
+}
+
+/// How long a unit may run at the head of a pipe before the pipe takes no more units behind
+/// it and its shape is remembered as slow (module doc), unless `--upstream-pipeline-slow-ms`
+/// says otherwise. Far above a point read's or a short
+/// report's time (tens to hundreds of µs), so that CPU contention rarely trips it, and far
+/// below the seconds of a long report.
+pub const SLOW_UNIT: Duration = Duration::from_millis(10);
+
+/// Shapes of batches that ran for [`SlowShapes::limit`] on a pipe, per shard: a batch of one runs on
+/// a connection of its own, and a quick run there forgets the shape. Direct-mapped, a fixed
+/// [`SLOW_SHAPES`] slots: a shape that collides with another one is forgotten and learnt
+/// again (its next slow run), which costs one wait, never memory.
+pub struct SlowShapes {
+    slots: Box<[Cell<u64>]>,
+    /// Times a shape was remembered (`ringwire_upstream_pipeline_slow_units_total`).
+    pub marked: Cell<u64>,
+    /// A unit that runs this long is slow ([`SLOW_UNIT`] unless configured).
+    pub limit: Duration,
+}
+
+/// Slots in [`SlowShapes`] (8 bytes each).
+const SLOW_SHAPES: usize = 1024;
+
+impl SlowShapes {
+    pub fn new(limit: Duration) -> SlowShapes {
+        SlowShapes {
+            slots: (0..SLOW_SHAPES).map(|_| Cell::new(0)).collect(),
+            marked: Cell::new(0),
+            limit,
+        }
+    }
+
+    fn slot(&self, shape: u64) -> &Cell<u64> {
+        &self.slots[(shape % SLOW_SHAPES as u64) as usize]
+    }
+
+    pub fn is_slow(&self, shape: u64) -> bool {
+        shape != 0 && self.slot(shape).get() == shape
+    }
+
+    pub fn mark(&self, shape: u64) {
+        if shape != 0 && self.slot(shape).replace(shape) != shape {
+            self.marked.set(self.marked.get() + 1);
+            log::debug!(
+                "a pipelined unit of shape {shape:x} ran for {:?} or more",
+                self.limit
+            );
+        }
+    }
+
+    /// A batch of a slow shape ran on a connection of its own for `took`.
+    pub fn ran_alone(&self, shape: u64, took: Duration) {
+        if took < self.limit && self.is_slow(shape) {
+            self.slot(shape).set(0);
+        }
     }
 }
 
@@ -597,7 +704,10 @@ mod tests {
     use protocol::backend;
 
     fn unit(owed: usize) -> Rc<Unit> {
-        let u = Rc::new(Unit::default());
+        let u = Rc::new(Unit {
+            shape: 10 + owed as u64,
+            ..Unit::default()
+        });
         u.owed.set(owed);
         u
     }
@@ -622,7 +732,9 @@ mod tests {
         let mut buf = ReplyBuf::default();
         buf.append(&stream);
         let routed = route(&units, &mut buf);
-        assert!(routed.popped && routed.failed.is_none());
+        // The first unit completed is the one whose time the pipe judges.
+        assert_eq!(routed.popped, Some(a.shape));
+        assert!(routed.failed.is_none());
         assert_eq!(&a.replies.borrow()[..], &stream[..a_len]);
         assert!(a.done.get() && b.done.get() && !c.done.get());
         assert!(b.replies.borrow().is_empty());
@@ -645,6 +757,28 @@ mod tests {
         let routed = route(&units, &mut buf);
         assert_eq!(routed.failed.as_deref(), Some(LEFT_OPEN));
         assert!(!a.done.get() && b.replies.borrow().is_empty());
+    }
+
+    /// A slow shape is remembered until a quick run alone; a colliding shape evicts it
+    /// rather than sharing its slot.
+    #[test]
+    fn slow_shapes_are_remembered_until_a_quick_run() {
+        let slow = SlowShapes::new(SLOW_UNIT);
+        let (a, b) = (7, 7 + SLOW_SHAPES as u64);
+        assert!(!slow.is_slow(a) && !slow.is_slow(0));
+        slow.mark(a);
+        slow.mark(a);
+        assert!(slow.is_slow(a) && !slow.is_slow(b));
+        assert_eq!(slow.marked.get(), 1);
+        slow.ran_alone(a, SLOW_UNIT * 2);
+        assert!(slow.is_slow(a));
+        slow.ran_alone(a, SLOW_UNIT / 2);
+        assert!(!slow.is_slow(a));
+        slow.mark(a);
+        slow.mark(b);
+        assert!(slow.is_slow(b) && !slow.is_slow(a));
+        slow.mark(0);
+        assert!(!slow.is_slow(0));
     }
 
     #[test]

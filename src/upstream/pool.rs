@@ -29,7 +29,7 @@ use shards::connect::{connect, ShardStream};
 use shards::engine::{query_canceled, CancelToken};
 
 use super::client::{login, simple_value, value_for, Handshake, Login, LoginError, ReplyBuf};
-use super::pipe::{Lease, Pipe};
+use super::pipe::{Lease, Pipe, SlowShapes};
 use super::replica::{self, Notify, Replica};
 use super::session::ClientStatement;
 use super::{UpstreamConfig, UpstreamLogin, Upstreams};
@@ -184,6 +184,8 @@ pub struct ShardUpstream {
     pipes: RefCell<Vec<Rc<Pipe>>>,
     /// Most units per pipelined connection; below 2, nothing is pipelined.
     pipeline_depth: usize,
+    /// Shapes of batches that ran long on a pipe (see `pipe.rs`).
+    pub slow: SlowShapes,
     /// Session ids (who queued a Parse on a shared connection).
     next_session: Cell<u64>,
     /// Upstream name (`ringwire_<id>`) of every statement some client of this shard prepared.
@@ -471,6 +473,7 @@ impl ShardUpstream {
             next_statement: Cell::new(1),
             pipes: RefCell::new(Vec::new()),
             pipeline_depth: upstreams.pipeline_depth,
+            slow: SlowShapes::new(upstreams.pipeline_slow),
             next_session: Cell::new(1),
             counters: Default::default(),
         }
@@ -555,12 +558,20 @@ impl ShardUpstream {
         cancel: Option<&CancelToken>,
         usable: impl Fn(&ConnStatements) -> bool,
     ) -> Result<Result<Rc<Pipe>, ServerConn>, LoginError> {
-        let found = self
-            .pipes
-            .borrow()
-            .iter()
-            .find(|p| p.takes(pool, settings) && usable(&p.statements))
-            .cloned();
+        let found = {
+            let pipes = self.pipes.borrow();
+            let mut takers = pipes
+                .iter()
+                .filter(|p| p.takes(pool, settings) && usable(&p.statements));
+            let now = Instant::now();
+            // Behind a long-running head only if the pool cannot do better (`pipe.rs`, "A long
+            // statement").
+            takers
+                .clone()
+                .find(|p| !p.head_is_slow(now))
+                .or_else(|| takers.find(|_| pool.exhausted()))
+                .cloned()
+        };
         if let Some(pipe) = found {
             return Ok(Ok(pipe));
         }
@@ -1109,6 +1120,14 @@ impl Pool {
     /// The credential of this key's latest login that a pool may keep (see `credential`).
     pub fn cached_credential(&self) -> Option<Rc<Credential>> {
         self.credential.borrow().clone()
+    }
+
+    /// No connection to give without waiting: none idle, and no room to open one (a cap
+    /// that could close another key's idle connection counts as no room).
+    pub fn exhausted(&self) -> bool {
+        self.idle.borrow().is_empty()
+            && (self.slots.open.get() >= self.config.pool_size_per_shard
+                || self.cap.as_ref().is_some_and(|c| c.full()))
     }
 
     /// Clients wait for a connection (every one is open and taken).

@@ -38,7 +38,7 @@
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncWrite, AsyncWriteExt};
 use protocol::backend;
@@ -48,9 +48,9 @@ use protocol::{PgError, Severity, SqlState};
 use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
-    autocommit_only, begin_modes, classify, contains_ignore_case, deallocated, read_only, route,
-    sets_identity, setting_value, startup_changes_lexing, startup_creates_temp_objects, tx_end,
-    Isolation, Route, SetChange, TxControl, TxEnd,
+    autocommit_shape, begin_modes, classify, combine_shapes, contains_ignore_case, deallocated,
+    read_only, route, sets_identity, setting_value, startup_changes_lexing,
+    startup_creates_temp_objects, tx_end, Isolation, Route, SetChange, TxControl, TxEnd,
 };
 use super::client::{simple_value, LoginError, ReplyBuf};
 use super::pipe::Lease;
@@ -93,11 +93,13 @@ const IN_TRANSACTION_WAIT_MAX: Duration = Duration::from_millis(1000);
 /// Replies piled up past this are written to the client mid-batch (a large result streams).
 const CLIENT_FLUSH_BYTES: usize = 256 << 10;
 
-/// The upstream statements a pipelinable unit relies on (see `Session::pipelinable`).
+/// The upstream statements a pipelinable unit relies on (see `Session::pipelinable`), and its
+/// shape (`classify::combine_shapes` of its statements').
 #[derive(Clone, Copy, Default)]
 struct UnitNeeds {
     ids: [u32; UNIT_STATEMENTS_MAX],
     len: usize,
+    shape: u64,
 }
 
 /// A client's prepared statement.
@@ -109,8 +111,9 @@ pub struct ClientStatement {
     upstream: Option<u32>,
     /// Read once at Parse, for every Bind of it.
     route: Route,
-    /// Certainly autocommit-only ([`autocommit_only`]): may share a pipelined connection.
-    autocommit: bool,
+    /// Certainly autocommit-only: may share a pipelined connection. Its shape
+    /// ([`autocommit_shape`]).
+    autocommit: Option<u64>,
 }
 
 impl ClientStatement {
@@ -806,9 +809,12 @@ impl Session {
                 }
             }
         }
+        // A unit of a slow shape, on a connection of its own: its time is looked at.
+        let mut alone = None;
         if self.server.is_none() {
             replica = self.pick_replica(frames).await;
-            let unit = self.pipelinable(frames);
+            let unit;
+            (unit, alone) = self.unit_or_alone(frames);
             if let Some(i) = replica {
                 match self
                     .take_connection(Host::Replica(i), unit, Some(cancel))
@@ -837,7 +843,11 @@ impl Session {
             .map(|_| self.statements.clone());
         self.replica_read = replica;
         self.flushed_mid_batch = false;
+        let started = alone.map(|shape| (shape, Instant::now()));
         self.run_batch(frames, cancel, out, client).await?;
+        if let Some((shape, started)) = started {
+            self.shard.slow.ran_alone(shape, started.elapsed());
+        }
         if let Some((replica_down, why)) = self.retry_on_primary.take() {
             let i = replica.expect("only replica reads are retried");
             if replica_down {
@@ -863,7 +873,7 @@ impl Session {
             // The standby refused a write the text scan let through (e.g. a user function
             // named like a built-in): on the primary it commits, so learn its position.
             self.wrote = !self.shard.replicas.is_empty();
-            let unit = self.pipelinable(frames);
+            let (unit, _) = self.unit_or_alone(frames);
             if !self.acquire_primary(frames, unit, cancel, out).await {
                 return Ok(frames.len());
             }
@@ -1006,7 +1016,7 @@ impl Session {
                     Ok(pipe) => {
                         log::trace!("session {} joins pipe {}", self.id, pipe.process_id);
                         let buf = self.spare_buf.take().unwrap_or_default();
-                        ServerConn::lease(&pipe, Lease::new(pipe.clone()), buf)
+                        ServerConn::lease(&pipe, Lease::new(pipe.clone(), needs.shape), buf)
                     }
                     Err(own) => {
                         log::trace!("session {} runs alone (settings)", self.id);
@@ -1043,11 +1053,21 @@ impl Session {
             && self.pending_sets.is_empty()
     }
 
+    /// [`Self::pipelinable`], unless the batch's shape ran long on a pipe before (`pipe.rs`,
+    /// `SlowShapes`): then the second result is that shape, and the batch runs on a connection
+    /// of its own, where its time tells whether it still is slow.
+    fn unit_or_alone(&self, frames: &[u8]) -> (Option<UnitNeeds>, Option<u64>) {
+        match self.pipelinable(frames) {
+            Some(unit) if self.shard.slow.is_slow(unit.shape) => (None, Some(unit.shape)),
+            unit => (unit, None),
+        }
+    }
+
     /// Whether this batch may share a pipelined connection with other clients' units, and
     /// the upstream statements it relies on. Only a self-contained autocommit unit: the
     /// session idle before it (no transaction, nothing outstanding or pinned, no SET pending,
     /// no commit whose position is unknown), every message a Query or Parse of an
-    /// [`autocommit_only`] statement or a Bind/Describe/Execute/Close/Sync, Bind and
+    /// autocommit-only statement ([`autocommit_shape`]) or a Bind/Describe/Execute/Close/Sync, Bind and
     /// Describe only of statements that are autocommit-only too, and ending with Sync or
     /// Query (so it ends with its own ReadyForQuery `I`). No Flush (the client would wait for
     /// replies before its Sync), no FunctionCall, no COPY. Anything else runs on a connection
@@ -1090,18 +1110,19 @@ impl Session {
                     return Some(());
                 }
                 let stmt = self.statements.get(name)?;
-                if !stmt.autocommit {
-                    return None;
-                }
+                needs.shape = combine_shapes(needs.shape, stmt.autocommit?);
                 need(needs, stmt.upstream)
             };
             match FrontendMessage::parse(frame).ok()? {
-                FrontendMessage::Query { sql } if autocommit_only(sql) => {}
+                FrontendMessage::Query { sql } => {
+                    needs.shape = combine_shapes(needs.shape, autocommit_shape(sql)?);
+                }
                 FrontendMessage::Parse {
                     name,
                     sql,
                     param_types,
-                } if autocommit_only(sql) && n_parsed < UNIT_STATEMENTS_MAX => {
+                } if n_parsed < UNIT_STATEMENTS_MAX => {
+                    needs.shape = combine_shapes(needs.shape, autocommit_shape(sql)?);
                     if !name.is_empty() {
                         if self.statements.contains_key(name) {
                             return None;
@@ -1658,7 +1679,7 @@ impl Session {
                     } else {
                         route(sql)
                     },
-                    autocommit: self.shard.pipelines() && autocommit_only(sql),
+                    autocommit: autocommit_shape(sql).filter(|_| self.shard.pipelines()),
                 });
                 self.statements.insert(name.into(), stmt.clone());
                 let server = self.server.as_ref().expect("held while translating");

@@ -39,7 +39,7 @@ impl Counters {
         cell.set(cell.get() + 1);
     }
 
-    fn snapshot(&self, hosts: Vec<HostStats>) -> ShardStats {
+    fn snapshot(&self, hosts: Vec<HostStats>, slow_units: u64) -> ShardStats {
         ShardStats {
             clients: self.clients.get(),
             statements: self.statements.get(),
@@ -49,6 +49,7 @@ impl Counters {
             sent_to_primary: self.sent_to_primary.get(),
             replica_transactions: self.replica_transactions.get(),
             replica_transactions_failed: self.replica_transactions_failed.get(),
+            slow_units,
             hosts,
         }
     }
@@ -78,6 +79,8 @@ pub struct ShardStats {
     pub sent_to_primary: u64,
     pub replica_transactions: u64,
     pub replica_transactions_failed: u64,
+    /// Shapes of pipelined units found slow (`pipe.rs`, `SlowShapes`).
+    pub slow_units: u64,
     pub hosts: Vec<HostStats>,
 }
 
@@ -100,7 +103,7 @@ impl super::pool::ShardUpstream {
             (0..self.replicas.len())
                 .map(|i| self.pools(super::pool::Host::Replica(i)).stats("replica")),
         );
-        self.counters.snapshot(hosts)
+        self.counters.snapshot(hosts, self.slow.marked.get())
     }
 }
 
@@ -140,7 +143,7 @@ pub fn render(shards: &[Option<ShardStats>]) -> String {
             .enumerate()
             .map(|(i, s)| (format!("shard=\"{i}\""), f64::from(u8::from(s.is_some())))),
     );
-    let per_shard: [ShardSeries; 8] = [
+    let per_shard: [ShardSeries; 9] = [
         (
             "ringwire_upstream_client_connections",
             "gauge",
@@ -188,6 +191,12 @@ pub fn render(shards: &[Option<ShardStats>]) -> String {
             "counter",
             "read-only transactions on a replica ended with 40001 (the replica did not catch up)",
             |s| s.replica_transactions_failed,
+        ),
+        (
+            "ringwire_upstream_pipeline_slow_units_total",
+            "counter",
+            "pipelined units that ran so long that their statements' shape now runs on a connection of its own",
+            |s| s.slow_units,
         ),
     ];
     for (name, kind, help, value) in per_shard {
