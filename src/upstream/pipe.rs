@@ -41,11 +41,11 @@
 //!
 //! **A long statement.** Every unit queued behind a unit waits for it: a report of seconds
 //! on a pipe would hold up every client that joined it. So a new unit does not join a pipe
-//! whose head unit has run for [`SlowShapes::limit`] (`--upstream-pipeline-slow-ms`, 10 ms)
-//! while the pool has a connection to give without waiting, and the shape of a unit that ran
-//! that long (`classify::autocommit_shape`: its words, literals left out) is remembered in the
-//! shard's [`SlowShapes`]; a batch of that shape then runs on a connection of its own until a
-//! run of it is quick again. What is left: the units that joined before the head had run that
+//! whose head unit has run for [`SlowShapes::threshold`] (`--upstream-pipeline-slow-ms`,
+//! 10 ms, or more on a loaded host) while the pool has a connection to give without
+//! waiting, and the shape of a unit that ran that long (`classify::autocommit_shape`: its
+//! words, literals left out) is remembered in the shard's [`SlowShapes`]; a batch of that
+//! shape then runs on a connection of its own until a run of it is quick again. What is left: the units that joined before the head had run that
 //! long, the first time a shape is slow, and units that join while the pool is exhausted
 //! (waiting for a connection would be no quicker, and would deadlock a client that runs a
 //! statement while it reads a result, the case `UNIT_BUFFER_BYTES_AHEAD` is for).
@@ -208,20 +208,22 @@ impl Pipe {
             && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.pool.has_waiters())
     }
 
-    /// The unit at the head has run for [`SlowShapes::limit`] (module doc, "A long
+    /// The unit at the head has run for [`SlowShapes::threshold`] (module doc, "A long
     /// statement").
     pub fn head_is_slow(&self, now: Instant) -> bool {
         !self.units.borrow().is_empty()
-            && now.saturating_duration_since(self.head_since.get()) >= self.shard.slow.limit
+            && now.saturating_duration_since(self.head_since.get()) >= self.shard.slow.threshold()
     }
 
-    /// Units completed at the head: the first had run since `head_since`; if that was long,
-    /// its shape is remembered as slow. The next head starts now.
+    /// Units completed at the head: the first had run since `head_since` (units completed
+    /// with it in the same read ran for no time this reader can tell, and are not judged).
+    /// The next head starts now.
     fn popped(&self, first_shape: u64) {
         let now = Instant::now();
-        if now.saturating_duration_since(self.head_since.get()) >= self.shard.slow.limit {
-            self.shard.slow.mark(first_shape);
-        }
+        self.shard.slow.head_ran(
+            first_shape,
+            now.saturating_duration_since(self.head_since.get()),
+        );
         self.head_since.set(now);
     }
 
@@ -630,23 +632,33 @@ fn route(units: &RefCell<VecDeque<Rc<Unit>>>, buf: &mut ReplyBuf) -> Routed {
     }
 }
 
-/// How long a unit may run at the head of a pipe before the pipe takes no more units behind
-/// it and its shape is remembered as slow (module doc), unless `--upstream-pipeline-slow-ms`
-/// says otherwise. Far above a point read's or a short
-/// report's time (tens to hundreds of µs), so that CPU contention rarely trips it, and far
-/// below the seconds of a long report.
+/// The least time a unit may run at the head of a pipe before the pipe takes no more units
+/// behind it and its shape is remembered as slow (module doc), unless
+/// `--upstream-pipeline-slow-ms` says otherwise. Far above a point read's time on an idle
+/// host (tens to hundreds of µs) and far below the seconds of a long report.
 pub const SLOW_UNIT: Duration = Duration::from_millis(10);
 
-/// Shapes of batches that ran for [`SlowShapes::limit`] on a pipe, per shard: a batch of one runs on
-/// a connection of its own, and a quick run there forgets the shape. Direct-mapped, a fixed
-/// [`SLOW_SHAPES`] slots: a shape that collides with another one is forgotten and learnt
-/// again (its next slow run), which costs one wait, never memory.
+/// A unit is slow once it has run this many times the shard's typical head time, if that is
+/// more than the limit. On a host with more runnable threads than cores a head's time is
+/// mostly waiting for a CPU: measured with 512 pgbench clients on this 2-core machine
+/// (`pgbench -S`, `--sched-batch on`), head times were 5 ms at the median (6 ms mean), 11 ms
+/// at the 90th percentile and up to 42 ms, and a fixed 10 ms marked pgbench's own statement
+/// slow about 60 times a second. 16× the mean is above that tail, and far below a report.
+const SLOW_FACTOR: u64 = 16;
+
+/// Shapes of batches that ran for [`SlowShapes::threshold`] on a pipe, per shard: a batch of
+/// one runs on a connection of its own, and a quick run there forgets the shape.
+/// Direct-mapped, a fixed [`SLOW_SHAPES`] slots: a shape that collides with another one is
+/// forgotten and learnt again (its next slow run), which costs one wait, never memory.
 pub struct SlowShapes {
     slots: Box<[Cell<u64>]>,
     /// Times a shape was remembered (`ringwire_upstream_pipeline_slow_units_total`).
     pub marked: Cell<u64>,
-    /// A unit that runs this long is slow ([`SLOW_UNIT`] unless configured).
+    /// No unit is slow before this ([`SLOW_UNIT`] unless configured).
     pub limit: Duration,
+    /// [`SLOW_FACTOR`] times the moving average of head times that were not slow, in ns:
+    /// each adds itself and takes away 1/[`SLOW_FACTOR`] of the sum.
+    typical: Cell<u64>,
 }
 
 /// Slots in [`SlowShapes`] (8 bytes each).
@@ -658,6 +670,24 @@ impl SlowShapes {
             slots: (0..SLOW_SHAPES).map(|_| Cell::new(0)).collect(),
             marked: Cell::new(0),
             limit,
+            typical: Cell::new(0),
+        }
+    }
+
+    /// How long a unit runs before it is slow: the limit, or [`SLOW_FACTOR`] times the
+    /// typical head time if that is more.
+    pub fn threshold(&self) -> Duration {
+        self.limit.max(Duration::from_nanos(self.typical.get()))
+    }
+
+    /// A unit of `shape` completed at the head of a pipe after `took` there.
+    pub fn head_ran(&self, shape: u64, took: Duration) {
+        if took >= self.threshold() {
+            self.mark(shape);
+        } else {
+            let t = self.typical.get();
+            let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+            self.typical.set(t - t / SLOW_FACTOR + took);
         }
     }
 
@@ -669,19 +699,19 @@ impl SlowShapes {
         shape != 0 && self.slot(shape).get() == shape
     }
 
-    pub fn mark(&self, shape: u64) {
+    fn mark(&self, shape: u64) {
         if shape != 0 && self.slot(shape).replace(shape) != shape {
             self.marked.set(self.marked.get() + 1);
             log::debug!(
                 "a pipelined unit of shape {shape:x} ran for {:?} or more",
-                self.limit
+                self.threshold()
             );
         }
     }
 
     /// A batch of a slow shape ran on a connection of its own for `took`.
     pub fn ran_alone(&self, shape: u64, took: Duration) {
-        if took < self.limit && self.is_slow(shape) {
+        if took < self.threshold() && self.is_slow(shape) {
             self.slot(shape).set(0);
         }
     }
@@ -779,6 +809,33 @@ mod tests {
         assert!(slow.is_slow(b) && !slow.is_slow(a));
         slow.mark(0);
         assert!(!slow.is_slow(0));
+    }
+
+    /// A head time is slow past the limit, or past 16× the typical head time when heads are
+    /// slow all round (a loaded host); slow ones do not raise the typical time.
+    #[test]
+    fn slow_is_the_limit_or_sixteen_times_the_typical_head_time() {
+        let ms = Duration::from_millis;
+        let slow = SlowShapes::new(ms(10));
+        slow.head_ran(1, ms(1));
+        assert_eq!(slow.threshold(), ms(10));
+        slow.head_ran(2, ms(10));
+        assert!(slow.is_slow(2) && slow.marked.get() == 1);
+        // Heads of 4 ms, many of them: 16 × 4 ms.
+        for _ in 0..200 {
+            slow.head_ran(1, ms(4));
+        }
+        let t = slow.threshold();
+        assert!(t > ms(60) && t <= ms(64), "{t:?}");
+        slow.head_ran(3, ms(45));
+        assert!(!slow.is_slow(3) && !slow.is_slow(1));
+        let t = slow.threshold();
+        slow.head_ran(3, ms(1000));
+        assert!(slow.is_slow(3));
+        assert_eq!(slow.threshold(), t, "a slow head raised the typical time");
+        // A run alone under the threshold forgets the shape.
+        slow.ran_alone(3, ms(45));
+        assert!(!slow.is_slow(3));
     }
 
     #[test]
