@@ -33,7 +33,8 @@ def main():
     ap.add_argument("--sql", default="select * from t")
     ap.add_argument("--setup", help="psql script run on every server before the rounds")
     ap.add_argument("--bin-dir", default=os.environ.get("CARGO_TARGET_DIR", "target") + "/release")
-    ap.add_argument("--port", type=int, default=57100)
+    ap.add_argument("--port", type=int, default=27100,
+                    help="first server port; below the ephemeral range (32768-60999), where a TIME_WAIT client socket can hold it")
     args = ap.parse_args()
     configs = json.loads(args.configs)
     bins = args.bin_dir

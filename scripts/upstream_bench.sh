@@ -59,7 +59,7 @@ if [ "${1:-}" = pipeline ]; then
 fi
 if [ "${1:-}" = replica ]; then
     pg=${2:?PG_PORT}; replica=${3:?REPLICA_PORT}; bin=${4:-target/release/ringwire}
-    rw_port=56875
+    rw_port=16875
     # run WORKLOAD_ARGS -- RINGWIRE_ARGS: one 5 s pgbench run against a fresh ringwire.
     run() {
         local w=(); while [ "$1" != -- ]; do w+=("$1"); shift; done; shift
@@ -89,7 +89,7 @@ if [ "${1:-}" = replica ]; then
     exit 0
 fi
 pg=${1:?PG_PORT}; bouncer=${2:?PGBOUNCER_PORT}; bin=${3:-target/release/ringwire}
-rw_port=56875
+rw_port=16875
 "$bin" --listen 127.0.0.1:$rw_port --shards 2 --upstream-pool-size 16 \
     --upstream "postgres://postgres@127.0.0.1:$pg/postgres" --log-level warn >/dev/null &
 rw=$!
