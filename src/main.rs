@@ -202,9 +202,9 @@ struct Cli {
 
     /// Upstream mode, `--upstream-pipeline on`: a pipelined connection whose oldest statement
     /// has run this many milliseconds (or 16 times the shard's typical time, if more) takes
-    /// no more clients' statements behind it while the pool has another connection, and statements of that shape (its words, literals left
-    /// out) run on a connection of their own until one runs quicker (docs/ARCHITECTURE.md,
-    /// pipelining hazard 1).
+    /// no more clients' statements behind it while the pool has another connection, and
+    /// statements of that shape (its words, literals left out) are kept apart so from their
+    /// start, until one runs quicker (docs/ARCHITECTURE.md, pipelining hazard 1).
     #[arg(long, value_name = "MS", default_value_t = ringwire::upstream::PIPELINE_SLOW.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     upstream_pipeline_slow_ms: u64,

@@ -399,9 +399,10 @@ pub enum TxControl {
 /// Allocation-free. Anything doubtful is `None`: it costs one batch the shared connection,
 /// never another client's correctness.
 ///
-/// If it is, the result is the statement's *shape*: a hash of its words, lower-cased, in
-/// order — the text without its literals, numbers, operators and comments, so that
-/// `… WHERE aid = 17` and `… WHERE aid = 42` share one (never 0). The pipelines remember the
+/// If it is, the result is the statement's *shape*: a hash of its words, lower-cased, and
+/// quoted identifiers as written, in order — the text without its literals, numbers,
+/// operators and comments, so that `… WHERE aid = 17` and `… WHERE aid = 42` share one
+/// (never 0). The pipelines remember the
 /// shapes that ran long (`SlowShapes`); the words are scanned here anyway.
 pub fn autocommit_shape(sql: &str) -> Option<u64> {
     if !plainly_stateless(sql) || unbalanced_quotes(sql) || sql.contains('\\') {
@@ -415,11 +416,25 @@ pub fn autocommit_shape(sql: &str) -> Option<u64> {
     let mut first = true;
     let mut ok = true;
     let mut shape = FNV_OFFSET;
-    for_each_word(sql, |word, _| {
-        for &c in word.as_bytes() {
-            shape = (shape ^ u64::from(c.to_ascii_lowercase())).wrapping_mul(FNV_PRIME);
+    let mut hash = |bytes: &[u8], fold: bool| {
+        for &c in bytes {
+            let c = if fold { c.to_ascii_lowercase() } else { c };
+            shape = (shape ^ u64::from(c)).wrapping_mul(FNV_PRIME);
         }
         shape = (shape ^ u64::from(b' ')).wrapping_mul(FNV_PRIME);
+    };
+    scan(sql, |i, token| {
+        let word = match token {
+            Token::Word(end) => &sql[i..end],
+            // A quoted identifier names a table or column as a word does (ORMs quote every
+            // name): hashed as written, quotes and case kept, as PostgreSQL reads it.
+            Token::Quoted(end) => {
+                hash(&sql.as_bytes()[i..end], false);
+                return true;
+            }
+            Token::Semicolon => return true,
+        };
+        hash(word.as_bytes(), true);
         let is = |list: &[&str]| list.iter().any(|w| word.eq_ignore_ascii_case(w));
         if first {
             first = false;
@@ -571,7 +586,7 @@ pub fn begin_modes(sql: &str) -> Option<TxModes> {
             end = i;
             false
         }
-        Token::Word(_) => true,
+        Token::Word(_) | Token::Quoted(_) => true,
     });
     let stmt = &sql[..end];
     // Only words, commas, whitespace and comments may appear.
@@ -731,6 +746,8 @@ fn for_each_word<'a>(sql: &'a str, mut f: impl FnMut(&'a str, bool) -> bool) {
 enum Token {
     /// A word from here to the given end.
     Word(usize),
+    /// A quoted identifier (`"Report"`), quotes included, from here to the given end.
+    Quoted(usize),
     Semicolon,
 }
 
@@ -757,11 +774,15 @@ fn scan(sql: &str, mut f: impl FnMut(usize, Token) -> bool) {
                     && i >= 1
                     && matches!(b[i - 1], b'E' | b'e')
                     && (i < 2 || !is_word_byte(b[i - 2]));
+                let start = i;
                 i += 1;
                 while i < b.len() && b[i] != c {
                     i += if escapes && b[i] == b'\\' { 2 } else { 1 };
                 }
                 i += 1;
+                if c == b'"' && !f(start, Token::Quoted(i.min(b.len()))) {
+                    return;
+                }
             }
             b'-' if b.get(i + 1) == Some(&b'-') => {
                 while i < b.len() && b[i] != b'\n' {
@@ -1078,6 +1099,16 @@ mod tests {
         );
         assert_ne!(shape("select * from t"), shape("select * from u"));
         assert_ne!(shape("select a from t"), shape("select from at"));
+        // Quoted identifiers count as written (an ORM quotes every name).
+        assert_ne!(
+            shape(r#"SELECT "id" FROM "Report" WHERE "id" = 1"#),
+            shape(r#"SELECT "id" FROM "User" WHERE "id" = 1"#)
+        );
+        assert_ne!(shape(r#"select * from "T""#), shape(r#"select * from "t""#));
+        assert_eq!(
+            shape(r#"select * from "T""#),
+            shape(r#"SELECT * FROM "T" "#)
+        );
         // A batch's shape depends on its statements and their order.
         let (a, b) = (shape("select 1 from t"), shape("select 1 from u"));
         assert_ne!(combine_shapes(a, b), combine_shapes(b, a));

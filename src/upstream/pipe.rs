@@ -45,7 +45,8 @@
 //! 10 ms, or more on a loaded host) while the pool has a connection to give without
 //! waiting, and the shape of a unit that ran that long (`classify::autocommit_shape`: its
 //! words, literals left out) is remembered in the shard's [`SlowShapes`]; a batch of that
-//! shape then runs on a connection of its own until a run of it is quick again. What is left: the units that joined before the head had run that
+//! shape then opens a pipe of its own, which is slow from the start, until a run of it is
+//! quick again. What is left: the units that joined before the head had run that
 //! long, the first time a shape is slow, and units that join while the pool is exhausted
 //! (waiting for a connection would be no quicker, and would deadlock a client that runs a
 //! statement while it reads a result, the case `UNIT_BUFFER_BYTES_AHEAD` is for).
@@ -208,11 +209,14 @@ impl Pipe {
             && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.pool.has_waiters())
     }
 
-    /// The unit at the head has run for [`SlowShapes::threshold`] (module doc, "A long
-    /// statement").
+    /// The unit at the head has run for [`SlowShapes::threshold`], or is of a shape that did
+    /// before (module doc, "A long statement").
     pub fn head_is_slow(&self, now: Instant) -> bool {
-        !self.units.borrow().is_empty()
-            && now.saturating_duration_since(self.head_since.get()) >= self.shard.slow.threshold()
+        self.units.borrow().front().is_some_and(|head| {
+            self.shard.slow.is_slow(head.shape)
+                || now.saturating_duration_since(self.head_since.get())
+                    >= self.shard.slow.threshold()
+        })
     }
 
     /// Units completed at the head: the first had run since `head_since` (units completed
@@ -383,6 +387,9 @@ impl Pipe {
                 .filter(|(h, limit)| h.holds(*limit));
             if let Some((head, limit)) = full {
                 self.joinable.set(false);
+                // Waiting for a client is not the head's running time (it would mark a large
+                // result read slowly as a slow statement).
+                let waiting_since = Instant::now();
                 poll_fn(|cx| {
                     if !head.holds(limit) || self.failed.borrow().is_some() {
                         Poll::Ready(())
@@ -392,6 +399,8 @@ impl Pipe {
                     }
                 })
                 .await;
+                self.head_since
+                    .set(self.head_since.get() + waiting_since.elapsed());
                 if self.failed.borrow().is_some() {
                     reading.conn = None;
                     return;
@@ -647,7 +656,8 @@ pub const SLOW_UNIT: Duration = Duration::from_millis(10);
 const SLOW_FACTOR: u64 = 16;
 
 /// Shapes of batches that ran for [`SlowShapes::threshold`] on a pipe, per shard: a batch of
-/// one runs on a connection of its own, and a quick run there forgets the shape.
+/// one opens a pipe of its own, which nobody joins while the pool has another connection,
+/// and a quick run forgets the shape.
 /// Direct-mapped, a fixed [`SLOW_SHAPES`] slots: a shape that collides with another one is
 /// forgotten and learnt again (its next slow run), which costs one wait, never memory.
 pub struct SlowShapes {
@@ -656,8 +666,9 @@ pub struct SlowShapes {
     pub marked: Cell<u64>,
     /// No unit is slow before this ([`SLOW_UNIT`] unless configured).
     pub limit: Duration,
-    /// [`SLOW_FACTOR`] times the moving average of head times that were not slow, in ns:
-    /// each adds itself and takes away 1/[`SLOW_FACTOR`] of the sum.
+    /// [`SLOW_FACTOR`] times the moving average of head times that were not slow (each
+    /// counted as at most `limit`), in ns: each adds itself and takes away 1/[`SLOW_FACTOR`]
+    /// of the sum.
     typical: Cell<u64>,
 }
 
@@ -680,14 +691,21 @@ impl SlowShapes {
         self.limit.max(Duration::from_nanos(self.typical.get()))
     }
 
-    /// A unit of `shape` completed at the head of a pipe after `took` there.
+    /// A unit of `shape` completed at the head of a pipe after `took` there: slow, or quick
+    /// (which forgets the shape if it was slow before).
     pub fn head_ran(&self, shape: u64, took: Duration) {
         if took >= self.threshold() {
             self.mark(shape);
         } else {
+            if self.is_slow(shape) {
+                self.slot(shape).set(0);
+            }
+            // A sample counts for at most the limit, so the threshold stays under
+            // SLOW_FACTOR × limit (160 ms by default): heads just under it, one after another,
+            // would otherwise raise it without bound.
             let t = self.typical.get();
-            let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-            self.typical.set(t - t / SLOW_FACTOR + took);
+            let took = u64::try_from(took.min(self.limit).as_nanos()).unwrap_or(u64::MAX);
+            self.typical.set((t - t / SLOW_FACTOR).saturating_add(took));
         }
     }
 
@@ -706,13 +724,6 @@ impl SlowShapes {
                 "a pipelined unit of shape {shape:x} ran for {:?} or more",
                 self.threshold()
             );
-        }
-    }
-
-    /// A batch of a slow shape ran on a connection of its own for `took`.
-    pub fn ran_alone(&self, shape: u64, took: Duration) {
-        if took < self.threshold() && self.is_slow(shape) {
-            self.slot(shape).set(0);
         }
     }
 }
@@ -800,9 +811,9 @@ mod tests {
         slow.mark(a);
         assert!(slow.is_slow(a) && !slow.is_slow(b));
         assert_eq!(slow.marked.get(), 1);
-        slow.ran_alone(a, SLOW_UNIT * 2);
+        slow.head_ran(a, SLOW_UNIT * 2);
         assert!(slow.is_slow(a));
-        slow.ran_alone(a, SLOW_UNIT / 2);
+        slow.head_ran(a, SLOW_UNIT / 2);
         assert!(!slow.is_slow(a));
         slow.mark(a);
         slow.mark(b);
@@ -833,9 +844,16 @@ mod tests {
         slow.head_ran(3, ms(1000));
         assert!(slow.is_slow(3));
         assert_eq!(slow.threshold(), t, "a slow head raised the typical time");
-        // A run alone under the threshold forgets the shape.
-        slow.ran_alone(3, ms(45));
+        // A run under the threshold forgets the shape.
+        slow.head_ran(3, ms(45));
         assert!(!slow.is_slow(3));
+        // Heads just under the threshold, one after another, raise it only to 16× the limit.
+        for _ in 0..1000 {
+            let t = slow.threshold();
+            slow.head_ran(1, t - Duration::from_micros(1));
+        }
+        assert!(slow.threshold() <= ms(160), "{:?}", slow.threshold());
+        assert!(!slow.is_slow(1));
     }
 
     #[test]

@@ -550,15 +550,20 @@ impl ShardUpstream {
     /// another client), else a new pipe over a connection from the pool. `Err(conn)`: the
     /// pool's connection has other settings — the unit runs on it alone (the relay replays
     /// the settings; the connection comes back with them, ready for a pipe next time).
+    /// `fresh`: a new pipe, whatever pipes there are (a unit of a slow shape).
+    #[allow(clippy::too_many_arguments)]
     pub async fn pipe_for(
         self: &Rc<Self>,
         pool: &Rc<Pool>,
         settings: u64,
         credential: &Rc<Credential>,
         cancel: Option<&CancelToken>,
+        fresh: bool,
         usable: impl Fn(&ConnStatements) -> bool,
     ) -> Result<Result<Rc<Pipe>, ServerConn>, LoginError> {
-        let found = {
+        let found = if fresh {
+            None
+        } else {
             let pipes = self.pipes.borrow();
             let mut takers = pipes
                 .iter()

@@ -38,7 +38,7 @@
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_lite::{AsyncWrite, AsyncWriteExt};
 use protocol::backend;
@@ -809,12 +809,9 @@ impl Session {
                 }
             }
         }
-        // A unit of a slow shape, on a connection of its own: its time is looked at.
-        let mut alone = None;
         if self.server.is_none() {
             replica = self.pick_replica(frames).await;
-            let unit;
-            (unit, alone) = self.unit_or_alone(frames);
+            let unit = self.pipelinable(frames);
             if let Some(i) = replica {
                 match self
                     .take_connection(Host::Replica(i), unit, Some(cancel))
@@ -843,11 +840,7 @@ impl Session {
             .map(|_| self.statements.clone());
         self.replica_read = replica;
         self.flushed_mid_batch = false;
-        let started = alone.map(|shape| (shape, Instant::now()));
         self.run_batch(frames, cancel, out, client).await?;
-        if let Some((shape, started)) = started {
-            self.shard.slow.ran_alone(shape, started.elapsed());
-        }
         if let Some((replica_down, why)) = self.retry_on_primary.take() {
             let i = replica.expect("only replica reads are retried");
             if replica_down {
@@ -873,7 +866,7 @@ impl Session {
             // The standby refused a write the text scan let through (e.g. a user function
             // named like a built-in): on the primary it commits, so learn its position.
             self.wrote = !self.shard.replicas.is_empty();
-            let (unit, _) = self.unit_or_alone(frames);
+            let unit = self.pipelinable(frames);
             if !self.acquire_primary(frames, unit, cancel, out).await {
                 return Ok(frames.len());
             }
@@ -1002,6 +995,11 @@ impl Session {
         let (pool, credential) = self.login_for(host);
         let server = match unit {
             Some(needs) => {
+                // A unit of a shape that ran long on a pipe opens a pipe of its own, which
+                // takes no units behind it while the pool has another connection to give;
+                // with the pool exhausted it joins a pipe as any unit does (`pipe.rs`, "A
+                // long statement").
+                let fresh = self.shard.slow.is_slow(needs.shape) && !pool.exhausted();
                 let me = self.id;
                 let usable = |st: &ConnStatements| {
                     needs.ids[..needs.len]
@@ -1010,7 +1008,7 @@ impl Session {
                 };
                 match self
                     .shard
-                    .pipe_for(&pool, self.settings, &credential, cancel, usable)
+                    .pipe_for(&pool, self.settings, &credential, cancel, fresh, usable)
                     .await?
                 {
                     Ok(pipe) => {
@@ -1051,16 +1049,6 @@ impl Session {
             && !self.skip_until_sync
             && self.expect.is_empty()
             && self.pending_sets.is_empty()
-    }
-
-    /// [`Self::pipelinable`], unless the batch's shape ran long on a pipe before (`pipe.rs`,
-    /// `SlowShapes`): then the second result is that shape, and the batch runs on a connection
-    /// of its own, where its time tells whether it still is slow.
-    fn unit_or_alone(&self, frames: &[u8]) -> (Option<UnitNeeds>, Option<u64>) {
-        match self.pipelinable(frames) {
-            Some(unit) if self.shard.slow.is_slow(unit.shape) => (None, Some(unit.shape)),
-            unit => (unit, None),
-        }
     }
 
     /// Whether this batch may share a pipelined connection with other clients' units, and
@@ -1679,7 +1667,11 @@ impl Session {
                     } else {
                         route(sql)
                     },
-                    autocommit: autocommit_shape(sql).filter(|_| self.shard.pipelines()),
+                    autocommit: self
+                        .shard
+                        .pipelines()
+                        .then(|| autocommit_shape(sql))
+                        .flatten(),
                 });
                 self.statements.insert(name.into(), stmt.clone());
                 let server = self.server.as_ref().expect("held while translating");

@@ -195,7 +195,7 @@ pub fn render(shards: &[Option<ShardStats>]) -> String {
         (
             "ringwire_upstream_pipeline_slow_units_total",
             "counter",
-            "pipelined units that ran so long that their statements' shape now runs on a connection of its own",
+            "pipelined units that ran so long that their statements' shape is now kept apart from other clients' units",
             |s| s.slow_units,
         ),
     ];
