@@ -285,6 +285,20 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
         // through ringwire its statements run with the default, and a warning).
         ("postgres", "-c temp_tablespaces=nosuch", ""),
         ("lowly", "-c log_statement=all", ""),
+        // A transaction's characteristics: only the server's defaults pass (25001 else),
+        // whatever a default_transaction_* before them says.
+        ("postgres", "-c transaction_isolation=serializable", ""),
+        ("postgres", "-c transaction_deferrable=on", ""),
+        (
+            "postgres",
+            "-c default_transaction_isolation=serializable -c transaction_isolation=serializable",
+            "",
+        ),
+        (
+            "postgres",
+            r"-c transaction_isolation=read\ committed -c transaction_read_only=on",
+            "",
+        ),
         // Refused twice: a refusal is not remembered as a pass.
         ("postgres", "-c work_mem=banana", ""),
         // With standard_conforming_strings off, a backslash escapes a quote in a plain

@@ -565,10 +565,36 @@ impl Session {
         conn.statements.set_unnamed(None);
         let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
         let mut refusal = simple_value(stream, buf, "RESET ALL").await.err();
-        for (name, stmt) in &self.startup_sets {
+        // A transaction's own characteristics are set at PostgreSQL's login inside the
+        // transaction that reads the catalogs, after its first snapshot: a value other than
+        // the server's defaults is refused there (25001, "SET TRANSACTION ISOLATION LEVEL
+        // must be called before any query"), and one that passes lasts no longer than that
+        // transaction. The same SET after a query in one implicit transaction (`SELECT; SET …`
+        // as one Query: an error rolls it back and leaves the connection idle, where an
+        // explicit BEGIN would leave it in a failed block) gets the same answer from the
+        // server; it is checked before the other parameters, whose defaults (e.g.
+        // `default_transaction_isolation`) PostgreSQL's check does not see either.
+        let in_transaction = |name: &str| {
+            matches!(
+                name,
+                "transaction_isolation" | "transaction_read_only" | "transaction_deferrable"
+            )
+        };
+        let (characteristics, rest): (Vec<_>, Vec<_>) = self
+            .startup_sets
+            .iter()
+            .partition(|(name, _)| in_transaction(name));
+        for (name, stmt) in characteristics.into_iter().chain(rest) {
             if refusal.is_some() {
                 break;
             }
+            let checked;
+            let stmt = if in_transaction(name) {
+                checked = format!("SELECT; {stmt}");
+                &checked
+            } else {
+                stmt
+            };
             match simple_value(stream, buf, stmt).await {
                 Ok(_) => {}
                 Err(e)
