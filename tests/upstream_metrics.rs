@@ -287,6 +287,42 @@ async fn metrics_count_pipelined_statements_found_slow() {
         c.simple_query(&format!("select {i}")).await.unwrap();
     }
     assert_eq!(slow(), 0.0);
+    // A client that leaves its 30 MB result unread for 400 ms (with a 16 KiB receive buffer:
+    // more than every buffer on the way holds, so PostgreSQL waits for it): that is the
+    // client's time, not the statement's (a pipe's head clock stops while nobody reads).
+    {
+        use common::wire::{read_messages, simple_query, startup_message};
+        use tokio::io::AsyncWriteExt;
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(16 << 10).unwrap();
+        let mut raw = socket.connect(rw.addr().parse().unwrap()).await.unwrap();
+        // tokio-postgres's startup parameters: the same settings as `c`, so the same pipes.
+        raw.write_all(&startup_message(&[
+            ("client_encoding", "UTF8"),
+            ("user", "postgres"),
+            ("database", "postgres"),
+        ]))
+        .await
+        .unwrap();
+        assert_eq!(
+            read_messages(&mut raw).await.last().map(|m| m.0),
+            Some(b'Z')
+        );
+        raw.write_all(&simple_query(
+            "select repeat('x', 1000) from generate_series(1, 30000)",
+        ))
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let reply = read_messages(&mut raw).await;
+        assert_eq!(reply.iter().filter(|m| m.0 == b'D').count(), 30000);
+        assert_eq!(reply.last().map(|m| m.0), Some(b'Z'));
+    }
+    assert_eq!(
+        slow(),
+        0.0,
+        "a result its client read 400 ms late was found slow"
+    );
     let sleep = async |secs: &str| {
         c.simple_query(&format!("select pg_sleep({secs})"))
             .await

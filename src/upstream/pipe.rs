@@ -139,9 +139,52 @@ pub struct Pipe {
     depth: usize,
     /// Units taken since the pipe opened.
     taken: Cell<usize>,
-    /// When the unit at the head of `units` became the head: it has run (or waited for its
-    /// client to take replies) since about then.
-    head_since: Cell<Instant>,
+    /// How long the unit at the head of `units` has run.
+    head: HeadClock,
+}
+
+/// How long a pipe's head unit has run, counted only while a reader reads for it: time with
+/// no reader (the head's client busy with replies it already has, nobody else waiting) or
+/// with the reader waiting for a client to take replies is the clients', not the
+/// statement's, and would mark a large result read slowly as a slow statement.
+struct HeadClock {
+    since: Cell<Instant>,
+    /// Stopped at this moment.
+    paused: Cell<Option<Instant>>,
+}
+
+impl HeadClock {
+    fn new(now: Instant) -> HeadClock {
+        HeadClock {
+            since: Cell::new(now),
+            paused: Cell::new(None),
+        }
+    }
+
+    /// A new head, running from `now`.
+    fn restart(&self, now: Instant) {
+        self.since.set(now);
+        self.paused.set(None);
+    }
+
+    fn pause(&self, now: Instant) {
+        if self.paused.get().is_none() {
+            self.paused.set(Some(now));
+        }
+    }
+
+    fn resume(&self) {
+        if let Some(at) = self.paused.take() {
+            self.since.set(self.since.get() + at.elapsed());
+        }
+    }
+
+    fn ran(&self, now: Instant) -> Duration {
+        self.paused
+            .get()
+            .unwrap_or(now)
+            .saturating_duration_since(self.since.get())
+    }
 }
 
 /// Units a pipe takes while other clients wait for a connection of the pool; then it drains
@@ -192,7 +235,7 @@ impl Pipe {
             reader: Cell::new(None),
             depth,
             taken: Cell::new(0),
-            head_since: Cell::new(Instant::now()),
+            head: HeadClock::new(Instant::now()),
         })
     }
 
@@ -213,22 +256,17 @@ impl Pipe {
     /// before (module doc, "A long statement").
     pub fn head_is_slow(&self, now: Instant) -> bool {
         self.units.borrow().front().is_some_and(|head| {
-            self.shard.slow.is_slow(head.shape)
-                || now.saturating_duration_since(self.head_since.get())
-                    >= self.shard.slow.threshold()
+            self.shard.slow.is_slow(head.shape) || self.head.ran(now) >= self.shard.slow.threshold()
         })
     }
 
-    /// Units completed at the head: the first had run since `head_since` (units completed
+    /// Units completed at the head: the first had run for `head` (units completed
     /// with it in the same read ran for no time this reader can tell, and are not judged).
     /// The next head starts now.
     fn popped(&self, first_shape: u64) {
         let now = Instant::now();
-        self.shard.slow.head_ran(
-            first_shape,
-            now.saturating_duration_since(self.head_since.get()),
-        );
-        self.head_since.set(now);
+        self.shard.slow.head_ran(first_shape, self.head.ran(now));
+        self.head.restart(now);
     }
 
     /// How many bytes of replies the unit at the head may hold before the reader stops:
@@ -346,6 +384,7 @@ impl Pipe {
         let Some(conn) = self.conn.borrow_mut().take() else {
             return;
         };
+        self.head.resume();
         let mut reading = Reading {
             pipe: self.clone(),
             conn: Some(conn),
@@ -387,9 +426,8 @@ impl Pipe {
                 .filter(|(h, limit)| h.holds(*limit));
             if let Some((head, limit)) = full {
                 self.joinable.set(false);
-                // Waiting for a client is not the head's running time (it would mark a large
-                // result read slowly as a slow statement).
-                let waiting_since = Instant::now();
+                // Waiting for a client is not the head's running time (`HeadClock`).
+                self.head.pause(Instant::now());
                 poll_fn(|cx| {
                     if !head.holds(limit) || self.failed.borrow().is_some() {
                         Poll::Ready(())
@@ -399,8 +437,7 @@ impl Pipe {
                     }
                 })
                 .await;
-                self.head_since
-                    .set(self.head_since.get() + waiting_since.elapsed());
+                self.head.resume();
                 if self.failed.borrow().is_some() {
                     reading.conn = None;
                     return;
@@ -461,6 +498,8 @@ impl Drop for Reading {
                     .fail("a reader stopped in the middle of writing queued statements");
             } else if self.pipe.failed.borrow().is_none() {
                 *self.pipe.conn.borrow_mut() = Some(conn);
+                // Nobody reads for the head until the next reader comes (`HeadClock`).
+                self.pipe.head.pause(Instant::now());
             }
         }
         self.pipe.kick();
@@ -503,7 +542,7 @@ impl Lease {
         unit.owed.set(owed);
         let mut units = pipe.units.borrow_mut();
         if units.is_empty() {
-            pipe.head_since.set(Instant::now());
+            pipe.head.restart(Instant::now());
         }
         units.push_back(unit.clone());
         drop(units);
