@@ -22,6 +22,15 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// ringwire with `args` and `--metrics-listen` on a free port; that port.
+fn start_with_metrics(args: &[&str]) -> (Ringwire, u16) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = args.to_vec();
+    args.extend_from_slice(&["--metrics-listen", &listen]);
+    (Ringwire::start(&args), port)
+}
+
 /// `GET /metrics`, parsed into `name{labels}` → value.
 fn scrape(port: u16) -> HashMap<String, f64> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
@@ -56,19 +65,14 @@ fn sum(m: &HashMap<String, f64>, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_in_upstream_mode_show_clients_statements_and_pools() {
     let pg = Postgres::start();
-    let metrics_port = free_port();
-    let listen = format!("127.0.0.1:{metrics_port}");
-    let url = pg.url();
     // Two shards, one upstream connection each: clients queue for it.
-    let rw = Ringwire::start(&[
+    let (rw, metrics_port) = start_with_metrics(&[
         "--shards",
         "2",
         "--upstream",
-        &url,
+        &pg.url(),
         "--upstream-pool-size",
         "1",
-        "--metrics-listen",
-        &listen,
     ]);
     let host = format!("127.0.0.1:{}", pg.port);
 
@@ -175,18 +179,13 @@ async fn until_standby_serves(client: &Client, what: &str) {
 async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary() {
     let primary = Postgres::start();
     let standby = Postgres::start_standby(&primary);
-    let metrics_port = free_port();
-    let listen = format!("127.0.0.1:{metrics_port}");
-    let url = |pg: &Postgres| pg.url();
-    let rw = Ringwire::start(&[
+    let (rw, metrics_port) = start_with_metrics(&[
         "--shards",
         "1",
         "--upstream",
-        &url(&primary),
+        &primary.url(),
         "--replica",
-        &url(&standby),
-        "--metrics-listen",
-        &listen,
+        &standby.url(),
     ]);
     let client = connect(&rw).await;
     client
@@ -261,20 +260,15 @@ async fn metrics_count_replica_reads_transactions_and_reads_sent_to_the_primary(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_pipelined_statements_found_slow() {
     let pg = Postgres::start();
-    let metrics_port = free_port();
-    let listen = format!("127.0.0.1:{metrics_port}");
-    let url = pg.url();
-    let rw = Ringwire::start(&[
+    let (rw, metrics_port) = start_with_metrics(&[
         "--shards",
         "1",
         "--upstream",
-        &url,
+        &pg.url(),
         "--upstream-pipeline",
         "on",
         "--upstream-pipeline-slow-ms",
         "150",
-        "--metrics-listen",
-        &listen,
     ]);
     let slow = || {
         sum(
