@@ -16,7 +16,7 @@ use tokio_postgres::{Client, NoTls};
 
 /// For tests of what happens to units queued behind a long one: without it, a unit does not
 /// join a pipe whose head has run for 10 ms while the pool has another connection, and a
-/// shape that ran that long runs alone after (see
+/// shape that ran that long gets a pipe nobody joins after (see
 /// `a_long_read_does_not_hold_up_clients_that_come_after_it`).
 const QUEUE_BEHIND_LONG_UNITS: [&str; 2] = ["--upstream-pipeline-slow-ms", "60000"];
 
@@ -350,8 +350,9 @@ async fn a_write_waiting_for_a_row_lock_holds_up_no_other_client() {
 /// A long read on a pipe holds up only the units that joined before it had run long, and
 /// only the first time its shape (its text without literals) runs: a pipe whose head has run
 /// for `--upstream-pipeline-slow-ms` (10 ms) takes no new units while the pool has another
-/// connection, and a batch of a shape that was that slow runs on a connection of its own. Without either, the quick reads here would
-/// wait the slow one out on its connection.
+/// connection, and a batch of a shape that was that slow opens a pipe that nobody joins while
+/// the pool has another connection. Without either, the quick reads here would wait the slow
+/// one out on its connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_read_does_not_hold_up_clients_that_come_after_it() {
     let pg = Postgres::start();
@@ -398,7 +399,7 @@ async fn a_long_read_does_not_hold_up_clients_that_come_after_it() {
         );
     }
     // 2. The same shape again, with a read right behind it (well within 10 ms): the long one
-    //    runs on a connection of its own now, so the read does not queue behind it.
+    //    is in a pipe of its own now, which the read does not join.
     for _ in 0..2 {
         let (_, took) = tokio::join!(sleep("0.8"), async {
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -650,8 +651,8 @@ async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_dea
     let rw = start(&pg, "1", &[]);
     assert_eq!(raw_select(raw_session(&rw, None).await, 1).await, 2);
     // Twice: the first time, the result sits at the head of the pipe, unread, for far longer
-    // than a slow statement runs; that must not make its shape one that runs alone (or, if
-    // it did, running alone must not take the only connection from the query inside).
+    // than a slow statement runs; that must not make its shape a slow one (or, if it did,
+    // the pipe of its own must still take the query inside, the pool having no other).
     for round in 0..2 {
         // The "rows.Next()" side: asks for 7,000 rows of 1,000 bytes and reads none yet.
         let mut reading = raw_session(&rw, Some(16 << 10)).await;

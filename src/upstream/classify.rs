@@ -402,8 +402,8 @@ pub enum TxControl {
 /// If it is, the result is the statement's *shape*: a hash of its words, lower-cased, and
 /// quoted identifiers as written, in order — the text without its literals, numbers,
 /// operators and comments, so that `… WHERE aid = 17` and `… WHERE aid = 42` share one
-/// (never 0). The pipelines remember the
-/// shapes that ran long (`SlowShapes`); the words are scanned here anyway.
+/// (never 0). The pipelines remember the shapes that ran long (`SlowShapes`); the words are
+/// scanned here anyway.
 pub fn autocommit_shape(sql: &str) -> Option<u64> {
     if !plainly_stateless(sql) || unbalanced_quotes(sql) || sql.contains('\\') {
         return None;

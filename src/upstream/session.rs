@@ -384,7 +384,15 @@ impl Session {
         // The replay's statements are read in the connection's client encoding: a startup
         // `client_encoding` is replayed last, so the other values are read as the connection's
         // own encoding reads them (ringwire's, UTF-8), not as EUC_JP, say.
-        startup_sets.sort_by_key(|(name, _)| name == "client_encoding");
+        // A transaction's own characteristics come first: PostgreSQL checks them against the
+        // server's defaults, before any other startup parameter (`default_transaction_*`)
+        // could change those (`check_startup_settings`).
+        startup_sets.sort_by_key(|(name, _)| {
+            (
+                !is_transaction_characteristic(name),
+                name == "client_encoding",
+            )
+        });
         // A startup `role` / `session_authorization` (`options=-c role=x`) is replayed as a SET
         // that RESET ALL does not undo: the session keeps its connection, as a SET ROLE would.
         // So does a startup `search_path` naming `pg_temp` (its tables would be temporary), and
@@ -565,31 +573,20 @@ impl Session {
         conn.statements.set_unnamed(None);
         let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
         let mut refusal = simple_value(stream, buf, "RESET ALL").await.err();
-        // A transaction's own characteristics are set at PostgreSQL's login inside the
-        // transaction that reads the catalogs, after its first snapshot: a value other than
-        // the server's defaults is refused there (25001, "SET TRANSACTION ISOLATION LEVEL
-        // must be called before any query"), and one that passes lasts no longer than that
-        // transaction. The same SET after a query in one implicit transaction (`SELECT; SET …`
-        // as one Query: an error rolls it back and leaves the connection idle, where an
-        // explicit BEGIN would leave it in a failed block) gets the same answer from the
-        // server; it is checked before the other parameters, whose defaults (e.g.
-        // `default_transaction_isolation`) PostgreSQL's check does not see either.
-        let in_transaction = |name: &str| {
-            matches!(
-                name,
-                "transaction_isolation" | "transaction_read_only" | "transaction_deferrable"
-            )
-        };
-        let (characteristics, rest): (Vec<_>, Vec<_>) = self
-            .startup_sets
-            .iter()
-            .partition(|(name, _)| in_transaction(name));
-        for (name, stmt) in characteristics.into_iter().chain(rest) {
+        for (name, stmt) in &self.startup_sets {
             if refusal.is_some() {
                 break;
             }
+            // A transaction's own characteristics are set at PostgreSQL's login inside the
+            // transaction that reads the catalogs, after its first snapshot: a value other
+            // than the server's defaults is refused there (25001, "SET TRANSACTION ISOLATION
+            // LEVEL must be called before any query"), and one that passes lasts no longer
+            // than that transaction. The same SET after a query in one implicit transaction
+            // (`SELECT; SET …` as one Query: an error rolls it back and leaves the connection
+            // idle, where an explicit BEGIN would leave it in a failed block) gets the same
+            // answer from the server. (`open` puts them first.)
             let checked;
-            let stmt = if in_transaction(name) {
+            let stmt = if is_transaction_characteristic(name) {
                 checked = format!("SELECT; {stmt}");
                 &checked
             } else {
@@ -1081,8 +1078,8 @@ impl Session {
     /// the upstream statements it relies on. Only a self-contained autocommit unit: the
     /// session idle before it (no transaction, nothing outstanding or pinned, no SET pending,
     /// no commit whose position is unknown), every message a Query or Parse of an
-    /// autocommit-only statement ([`autocommit_shape`]) or a Bind/Describe/Execute/Close/Sync, Bind and
-    /// Describe only of statements that are autocommit-only too, and ending with Sync or
+    /// autocommit-only statement ([`autocommit_shape`]) or a Bind/Describe/Execute/Close/Sync,
+    /// Bind and Describe only of statements that are autocommit-only too, and ending with Sync or
     /// Query (so it ends with its own ReadyForQuery `I`). No Flush (the client would wait for
     /// replies before its Sync), no FunctionCall, no COPY. Anything else runs on a connection
     /// of its own.
@@ -2488,6 +2485,15 @@ fn read_rules(startup: &[(String, String)], sets: &[(String, String)]) -> (Optio
 /// The session's `default_transaction_read_only` and `default_transaction_isolation` (later
 /// settings win; an unreadable value leaves PostgreSQL's default, read-write read committed,
 /// which routes to the primary or checks every statement: the safe side).
+/// `transaction_isolation`, `transaction_read_only`, `transaction_deferrable`: set for one
+/// transaction only.
+fn is_transaction_characteristic(name: &str) -> bool {
+    matches!(
+        name,
+        "transaction_isolation" | "transaction_read_only" | "transaction_deferrable"
+    )
+}
+
 fn tx_defaults(startup: &[(String, String)], sets: &[(String, String)]) -> (bool, Isolation) {
     let mut read_only = false;
     let mut isolation = Isolation::ReadCommitted;
