@@ -186,6 +186,55 @@ async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() 
     assert_eq!(show(&through, "application_name").await, "O'Brien");
 }
 
+/// A COMMIT or ROLLBACK inside a Query of several statements settles the SETs before it,
+/// whatever follows: PostgreSQL keeps a SET committed before a later statement of the same
+/// Query fails, and one made after a ROLLBACK. Each case runs through ringwire and directly,
+/// and the values are compared after another client has used ringwire's one upstream
+/// connection (so the client's settings must come from what ringwire recorded, not from what
+/// the connection happens to hold); that client never sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_or_rollback_inside_a_query_settles_the_sets_before_it() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let other = connect(&rw).await;
+    let defaults = [
+        show(&other, "work_mem").await,
+        show(&other, "statement_timeout").await,
+    ];
+    let cases: &[&[&str]] = &[
+        &["set work_mem = '5MB'; commit; select 1/0"],
+        &["begin; set work_mem = '6MB'; commit; select 1/0"],
+        &["begin; set work_mem = '7MB'; rollback; set statement_timeout = '8s'"],
+        &["begin; set work_mem = '3MB'", "commit; select 1/0"],
+        &["begin; set work_mem = '9MB'; commit and chain; set statement_timeout = '7s'; rollback"],
+        &["begin; set work_mem = '10MB'; rollback; select 1/0"],
+        &["begin; set work_mem = '12MB'; /* c */ ; commit; set statement_timeout = '9s'; select 1/0"],
+    ];
+    for queries in cases {
+        let through = connect(&rw).await;
+        let at_pg = direct(&pg).await;
+        for sql in *queries {
+            let a = through
+                .batch_execute(sql)
+                .await
+                .map_err(|e| e.code().cloned());
+            let b = at_pg
+                .batch_execute(sql)
+                .await
+                .map_err(|e| e.code().cloned());
+            assert_eq!(a, b, "{sql}");
+        }
+        for (name, default) in ["work_mem", "statement_timeout"].iter().zip(&defaults) {
+            assert_eq!(&show(&other, name).await, default, "{queries:?}: {name}");
+            assert_eq!(
+                show(&through, name).await,
+                show(&at_pg, name).await,
+                "{queries:?}: {name}"
+            );
+        }
+    }
+}
+
 /// Settings written the ways the session scan once misread, each checked against what
 /// PostgreSQL shows (A and B share ringwire's one upstream connection; at PostgreSQL they are
 /// two sessions): a SET behind an `E'\''` literal, a SET ending in a `--` comment (replayed
@@ -263,6 +312,7 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
                         d.severity().to_string(),
                         d.code().clone(),
                         d.message().to_string(),
+                        d.detail().map(str::to_string),
                     )
                 })
                 .unwrap_or_else(|| panic!("not a server's refusal: {e}"))),
@@ -285,6 +335,10 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
         // through ringwire its statements run with the default, and a warning).
         ("postgres", "-c temp_tablespaces=nosuch", ""),
         ("lowly", "-c log_statement=all", ""),
+        // Names no SET can spell: 42602 (with its DETAIL), a placeholder named by a keyword.
+        ("postgres", "-c 9x.y=1", ""),
+        ("postgres", "-c select.x=1", ""),
+        ("postgres", "-c a.b$c=1", ""),
         // A transaction's characteristics: only the server's defaults pass (25001 else),
         // whatever a default_transaction_* before them says.
         ("postgres", "-c transaction_isolation=serializable", ""),
@@ -317,7 +371,9 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
             (Ok(through), Ok(at_pg)) => {
                 // (A placeholder's name, not its value, outlives RESET ALL on a pooled
                 // connection: a known gap, so `nosuch.x` is compared only where it is set.)
-                let placeholder = options.contains("nosuch.x").then_some("nosuch.x");
+                let placeholder = ["nosuch.x", "select.x", "a.b$c"]
+                    .into_iter()
+                    .find(|p| options.contains(*p));
                 for name in ["work_mem", "search_path", "application_name"]
                     .into_iter()
                     .chain(placeholder)
@@ -339,6 +395,22 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
             ),
         }
     }
+    // 42602 for a prefix reserved by a library loaded on the pooled connection (a DO block
+    // loads plpgsql), where a fresh backend takes the placeholder: let in, with a warning on
+    // the client's statements (the name `9x.y` above has the same SQLSTATE and is refused).
+    let client = login(rw.connection_string("postgres"), "postgres", "", "")
+        .await
+        .unwrap();
+    client.batch_execute("do $$ begin end $$").await.unwrap();
+    drop(client);
+    let reserved = login(
+        rw.connection_string("postgres"),
+        "postgres",
+        "-c plpgsql.x=1",
+        "",
+    )
+    .await;
+    assert!(reserved.is_ok(), "{:?}", reserved.err());
     // A parameter only a backend's start can set, which PostgreSQL takes at login: no pooled
     // connection can be given it, so the login is refused, saying why.
     let Err(refused) = login(

@@ -22,6 +22,14 @@ pub struct Effects {
     pub pins: bool,
     /// SAVEPOINT / ROLLBACK TO / RELEASE: SETs in the block may be partly undone.
     pub savepoint: bool,
+    /// In a Query of several statements, one entry per statement the server answers with
+    /// CommandComplete `COMMIT` or `ROLLBACK`, in order: how many of `sets` come between the
+    /// previous one and it, and whether it ends the transaction (COMMIT, END, ROLLBACK,
+    /// ABORT, with or without AND CHAIN) or not (ROLLBACK TO, whose tag is `ROLLBACK` too).
+    /// The SETs before a COMMIT are committed there even if a later statement of the Query
+    /// fails (`BEGIN; SET a = 1; COMMIT; SELECT 1/0`); those before a ROLLBACK are dropped
+    /// even if later ones commit. Empty for one statement: its Query's ReadyForQuery says.
+    pub ends: Vec<(usize, bool)>,
 }
 
 /// Split `sql` into statements at semicolons outside quotes, dollar quotes and comments (the
@@ -68,6 +76,20 @@ fn words(stmt: &str, n: usize) -> Vec<String> {
         rest = &rest[end..];
     }
     out
+}
+
+/// Whether `stmt` is blank but for comments (the server gives it no reply).
+fn only_comments(stmt: &str) -> bool {
+    let mut rest = stmt.trim_start();
+    loop {
+        if let Some(r) = rest.strip_prefix("--") {
+            rest = r.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if rest.starts_with("/*") {
+            rest = after_block_comment(rest).trim_start();
+        } else {
+            return rest.is_empty();
+        }
+    }
 }
 
 /// What follows the block comment `s` starts with; comments nest, as in PostgreSQL. Empty if
@@ -197,12 +219,20 @@ fn turns_on_conforming_strings(stmt: &str) -> bool {
     )
 }
 
-/// The value a `SET name {TO|=} value` statement gives, unquoted and lower-cased.
+/// The value a `SET name {TO|=} value` statement gives, unquoted and lower-cased; or a
+/// startup parameter's `SELECT pg_catalog.set_config('name', 'value', false)`.
 pub fn setting_value(stmt: &str, name: &str) -> String {
     let lower = stmt.to_ascii_lowercase();
     let Some(at) = lower.find(name) else {
         return String::new();
     };
+    if let Some(literal) = lower[at + name.len()..].strip_prefix("', ") {
+        let literal = literal.strip_prefix('e').unwrap_or(literal);
+        return literal
+            .strip_prefix('\'')
+            .and_then(|v| v.split_once('\''))
+            .map_or(String::new(), |(v, _)| v.trim().to_string());
+    }
     let rest = lower[at + name.len()..].trim_start();
     let rest = rest
         .strip_prefix('=')
@@ -291,6 +321,7 @@ pub fn classify(sql: &str) -> Effects {
     {
         fx.pins = true;
     }
+    let (mut answered, mut sets_at_end) = (0, 0);
     for stmt in statements(sql) {
         if creates_temp_object(stmt) {
             fx.pins = true;
@@ -298,6 +329,17 @@ pub fn classify(sql: &str) -> Effects {
         let mut w = words(stmt, 5);
         canonical_setting(&mut w);
         let w: Vec<&str> = w.iter().map(String::as_str).collect();
+        answered += usize::from(!only_comments(stmt));
+        let ends_tx = match w.as_slice() {
+            ["rollback", "to", ..] | ["rollback", "transaction" | "work", "to", ..] => Some(false),
+            ["commit" | "rollback", "prepared", ..] => None,
+            ["commit" | "end" | "rollback" | "abort", ..] => Some(true),
+            _ => None,
+        };
+        if let Some(ends_tx) = ends_tx {
+            fx.ends.push((fx.sets.len() - sets_at_end, ends_tx));
+            sets_at_end = fx.sets.len();
+        }
         match w.as_slice() {
             ["set", "local" | "transaction" | "constraints", ..] => {}
             // The current value made the session's own: nothing changes (replayed as text it
@@ -346,6 +388,9 @@ pub fn classify(sql: &str) -> Effects {
             }
             _ => {}
         }
+    }
+    if answered < 2 {
+        fx.ends.clear();
     }
     fx
 }
@@ -1247,6 +1292,30 @@ mod tests {
         assert_eq!(deallocated("DEALLOCATE a + 1"), None);
         assert_eq!(deallocated("DEALLOCATE a b"), None);
         assert_eq!(deallocated("select 1"), None);
+    }
+
+    #[test]
+    fn transaction_ends_inside_a_query() {
+        let ends = |sql: &str| classify(sql).ends;
+        // One statement: its ReadyForQuery settles it.
+        assert_eq!(ends("commit"), vec![]);
+        assert_eq!(ends("commit; -- done"), vec![]);
+        assert_eq!(
+            ends("set a.b = 1; COMMIT; set a.c = 2; set a.d = 3; rollback"),
+            vec![(1, true), (2, true)]
+        );
+        assert_eq!(
+            ends("begin; savepoint s; set a.b = 1; rollback to s; end; abort"),
+            vec![(1, false), (0, true), (0, true)]
+        );
+        assert_eq!(
+            ends("begin; commit and chain; rollback work to savepoint s; commit prepared 'x'; select 1"),
+            vec![(0, true), (0, false)]
+        );
+        // Only statements with a reply count as statements; the words inside quotes and
+        // comments are not statements.
+        assert_eq!(ends("/* c */ ; commit"), vec![]);
+        assert_eq!(ends("select 'commit; rollback'; select 1"), vec![]);
     }
 
     #[test]

@@ -161,31 +161,48 @@ pub fn url_credential(config: &UpstreamConfig) -> Credential {
 pub struct LoginError {
     pub code: SqlState,
     pub message: String,
-    /// Set on the errors ringwire makes itself while a client waits for a connection (its
-    /// statement was cancelled, or the wait timed out): nothing was asked of the server.
-    /// `None` on the server's refusals and on 08006.
+    /// The server's DETAIL (`List syntax is invalid.`), or ringwire's own on a `local` error.
     pub detail: Option<String>,
+    /// An error ringwire made itself while a client waited for a connection (its statement
+    /// was cancelled, or the wait timed out): nothing was asked of the server, which says
+    /// nothing about that server's health.
+    pub local: bool,
 }
 
 impl LoginError {
-    /// The server's refusal, in its own words and with its SQLSTATE, so a client sees what
-    /// PostgreSQL would have told it.
-    fn refused(fields: &ErrorFields<'_>) -> LoginError {
+    pub fn new(code: SqlState, message: String) -> LoginError {
         LoginError {
+            code,
+            message,
             detail: None,
-            code: <[u8; 5]>::try_from(fields.code().as_bytes())
-                .map(SqlState)
-                .unwrap_or(SqlState::CONNECTION_FAILURE),
-            message: fields.message().to_string(),
+            local: false,
+        }
+    }
+
+    /// See [`LoginError::local`].
+    pub fn local(code: SqlState, message: String, detail: String) -> LoginError {
+        LoginError {
+            code,
+            message,
+            detail: Some(detail),
+            local: true,
+        }
+    }
+
+    /// The server's refusal, in its own words (and DETAIL) and with its SQLSTATE, so a
+    /// client sees what PostgreSQL would have told it.
+    fn refused(fields: &ErrorFields<'_>) -> LoginError {
+        let code = <[u8; 5]>::try_from(fields.code().as_bytes())
+            .map(SqlState)
+            .unwrap_or(SqlState::CONNECTION_FAILURE);
+        LoginError {
+            detail: fields.get(b'D').map(str::to_string),
+            ..LoginError::new(code, fields.message().to_string())
         }
     }
 
     fn broken(message: String) -> LoginError {
-        LoginError {
-            detail: None,
-            code: SqlState::CONNECTION_FAILURE,
-            message,
-        }
+        LoginError::new(SqlState::CONNECTION_FAILURE, message)
     }
 
     /// As the ERROR a statement that could not get a connection ends with.
@@ -262,14 +279,15 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
     let mut handshake = Handshake::default();
     let mut scram: Option<ScramClient> = None;
     let user = who.user;
-    let cannot = |asked: &str| LoginError {
-        detail: None,
-        code: SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-        message: format!(
-            "the upstream server {address} asks for {asked} for user \"{user}\", and ringwire \
+    let cannot = |asked: &str| {
+        LoginError::new(
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            format!(
+                "the upstream server {address} asks for {asked} for user \"{user}\", and ringwire \
              holds {:?} for this login",
-            who.credential
-        ),
+                who.credential
+            ),
+        )
     };
     loop {
         let len = loop {
@@ -324,10 +342,11 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 let client = scram
                     .as_mut()
                     .ok_or_else(|| broken("SASLContinue before SASL".into()))?;
-                let reply = client.server_first(data).map_err(|e| LoginError {
-                    detail: None,
-                    code: SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-                    message: format!("{address}, user \"{user}\": {e}"),
+                let reply = client.server_first(data).map_err(|e| {
+                    LoginError::new(
+                        SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                        format!("{address}, user \"{user}\": {e}"),
+                    )
                 })?;
                 frontend::encode_sasl_response(&mut out, &reply);
             }

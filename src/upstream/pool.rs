@@ -903,14 +903,14 @@ impl Pool {
                     self.key.database
                 ),
             };
-            Err(LoginError {
-                code: protocol::SqlState::TOO_MANY_CONNECTIONS,
-                message: format!(
+            Err(LoginError::local(
+                protocol::SqlState::TOO_MANY_CONNECTIONS,
+                format!(
                     "timed out after {} s waiting for an upstream connection",
                     limit.as_secs_f64()
                 ),
-                detail: Some(format!("{busy} {never_ran}")),
-            })
+                format!("{busy} {never_ran}"),
+            ))
         };
         let cancelled = async {
             match cancel {
@@ -918,11 +918,11 @@ impl Pool {
                 None => std::future::pending::<()>().await,
             }
             let e = query_canceled();
-            Err(LoginError {
-                code: e.code,
-                message: e.message.into(),
-                detail: Some(never_ran.into()),
-            })
+            Err(LoginError::local(
+                e.code,
+                e.message.into(),
+                never_ran.into(),
+            ))
         };
         let turn = async {
             turn.await;
@@ -985,10 +985,11 @@ impl Pool {
             let at = (first + k) % hosts;
             let address = self.config.host(at);
             let opening = async {
-                let mut stream = connect(address).await.map_err(|e| LoginError {
-                    detail: None,
-                    code: protocol::SqlState::CONNECTION_FAILURE,
-                    message: format!("cannot connect to {address}: {e}"),
+                let mut stream = connect(address).await.map_err(|e| {
+                    LoginError::new(
+                        protocol::SqlState::CONNECTION_FAILURE,
+                        format!("cannot connect to {address}: {e}"),
+                    )
                 })?;
                 let mut buf = ReplyBuf::default();
                 let who = Login {
@@ -1029,11 +1030,10 @@ impl Pool {
             let opened = if let Some(limit) = limit {
                 futures_lite::future::or(opening, async {
                     shards::time::sleep(limit).await;
-                    Err(LoginError {
-                        detail: None,
-                        code: protocol::SqlState::CONNECTION_FAILURE,
-                        message: format!("{address}: no answer within {limit:?}"),
-                    })
+                    Err(LoginError::new(
+                        protocol::SqlState::CONNECTION_FAILURE,
+                        format!("{address}: no answer within {limit:?}"),
+                    ))
                 })
                 .await
             } else {
@@ -1066,11 +1066,10 @@ impl Pool {
                 Err(e) => return Err(e),
             }
         }
-        Err(LoginError {
-            detail: None,
-            code: protocol::SqlState::CONNECTION_FAILURE,
-            message: no_host(self.config.read_write, &passed_over),
-        })
+        Err(LoginError::new(
+            protocol::SqlState::CONNECTION_FAILURE,
+            no_host(self.config.read_write, &passed_over),
+        ))
     }
 
     fn release(&self, mut conn: ServerConn) {

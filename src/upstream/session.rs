@@ -179,8 +179,9 @@ enum Done {
     Settings(u64),
     /// One statement of the settings replay before its last (see `queue_settings_replay`).
     Replayed,
-    /// A client Query and the SETs in it, pending once it completes.
-    Query(Vec<SetChange>),
+    /// A client Query and the SETs in it, pending once it completes (those before a COMMIT
+    /// or ROLLBACK inside it are settled there: [`super::classify::Effects::ends`]).
+    Query(Vec<SetChange>, Vec<(usize, bool)>),
     /// [`LSN_QUERY`], queued behind a commit: the applied LSN is raised when it answers.
     Lsn,
 }
@@ -316,36 +317,28 @@ fn quote_literal(v: &str) -> String {
     }
 }
 
-/// Settings whose value is a list of identifiers (PostgreSQL's GUC_LIST_QUOTE ones a session
-/// may set). `SET search_path TO 'a,b'` sets one schema named `a,b`, where the startup
-/// parameter `search_path=a,b` sets two.
-const LIST_SETTINGS: &[&str] = &[
-    "search_path",
-    "temp_tablespaces",
-    "local_preload_libraries",
-    "session_preload_libraries",
-];
-
 /// The statement that gives a connection the startup parameter `name` (lower-cased) =
-/// `value` as PostgreSQL's startup would: `SET name TO 'value'`, or for a list setting
-/// `set_config`, which reads the string as startup does.
+/// `value` as PostgreSQL's startup would: `set_config`, which reads the string as startup
+/// does (a list setting's `search_path=a,b` is two schemas, where `SET search_path TO 'a,b'`
+/// is one) and takes any name as a string, so that a name no SET can spell (`9x.y`,
+/// `select.x`, `a b`) gets the server's own answer (42602 "invalid configuration parameter
+/// name", a placeholder, 42704) as at PostgreSQL's login. ([`setting_value`] reads it.)
 fn startup_set(name: &str, value: &str) -> String {
-    if LIST_SETTINGS.contains(&name) {
-        format!(
-            "SELECT pg_catalog.set_config({}, {}, false)",
-            quote_literal(name),
-            quote_literal(value)
-        )
-    } else {
-        format!("SET {name} TO {}", quote_literal(value))
-    }
+    format!(
+        "SELECT pg_catalog.set_config({}, {}, false)",
+        quote_literal(name),
+        quote_literal(value)
+    )
 }
 
-fn valid_guc_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+/// 42602 for a placeholder whose prefix a library loaded on this connection reserved
+/// (DETAIL `"x" is a reserved prefix.`), not on a fresh backend. (The same SQLSTATE and
+/// message for a name no backend takes, `9x.y`, has another DETAIL.)
+fn reserved_prefix(e: &LoginError) -> bool {
+    e.code.as_str() == "42602"
+        && e.detail
+            .as_deref()
+            .is_some_and(|d| d.ends_with("is a reserved prefix."))
 }
 
 fn lost(why: &str) -> PgError {
@@ -360,17 +353,15 @@ impl Session {
         let mut startup_sets = Vec::new();
         let mut startup_values = Vec::new();
         let mut add = |name: &str, value: &str| {
-            if valid_guc_name(name) {
-                let lower = name.to_ascii_lowercase();
-                startup_sets.push((lower.clone(), startup_set(&lower, value)));
-                startup_values.push((lower, value.to_string()));
-            } else {
-                log::info!("ignoring startup parameter {name:?}");
-            }
+            let lower = name.to_ascii_lowercase();
+            startup_sets.push((lower.clone(), startup_set(&lower, value)));
+            startup_values.push((lower, value.to_string()));
         };
         for (name, value) in start.params.iter() {
             match name {
                 "user" | "database" | "replication" => {}
+                // Protocol options, not settings (the client got NegotiateProtocolVersion).
+                name if name.starts_with("_pq_.") => {}
                 "options" => {
                     // `-c name=value` and `--name=value`, as PostgreSQL reads them (the
                     // embedded engine's reader: a malformed word is the login's FATAL).
@@ -555,9 +546,9 @@ impl Session {
     /// set parameter`), and also for a parameter only a backend's start can set (55P02,
     /// `log_connections`), which no pooled connection can be given. Two refusals are not
     /// the login's: `temp_tablespaces` naming no tablespace (PostgreSQL ignores that at
-    /// startup, refuses it in a SET) and 42602 (a placeholder prefix reserved because a
-    /// library was loaded on this connection, not on a fresh backend); those stay warnings
-    /// on the client's statements, as before.
+    /// startup, refuses it in a SET) and 42602 for a placeholder prefix reserved because a
+    /// library was loaded on this connection, not on a fresh backend ([`reserved_prefix`]);
+    /// those stay warnings on the client's statements, as before.
     ///
     /// The connection then goes back to the pool: with the settings in effect after a pass,
     /// marked [`SETTINGS_UNKNOWN`] after a refusal. Not that of a session pinned from its
@@ -594,10 +585,7 @@ impl Session {
             };
             match simple_value(stream, buf, stmt).await {
                 Ok(_) => {}
-                Err(e)
-                    if e.code.as_str() == "42602"
-                        || name == "temp_tablespaces" && !passes_over(&e) =>
-                {
+                Err(e) if reserved_prefix(&e) || name == "temp_tablespaces" && !passes_over(&e) => {
                     log::info!("startup parameter {name:?} refused upstream, kept: {e}");
                 }
                 Err(e) => {
@@ -824,7 +812,7 @@ impl Session {
                         frames = &frames[..part];
                         replica = Some(i);
                     }
-                    Err(e) if e.detail.is_some() => {
+                    Err(e) if e.local => {
                         self.fail_locally(frames, out, e.to_error());
                         return Ok(frames.len());
                     }
@@ -841,7 +829,7 @@ impl Session {
                     .await
                 {
                     Ok(()) => Counters::bump(&self.shard.counters.replica_reads),
-                    Err(e) if e.detail.is_some() => {
+                    Err(e) if e.local => {
                         self.fail_locally(frames, out, e.to_error());
                         return Ok(frames.len());
                     }
@@ -954,14 +942,14 @@ impl Session {
             Ok(()) => true,
             Err(e) => {
                 log::warn!("upstream: {}", e.message);
-                let err = if e.detail.is_some() {
+                let err = if e.local {
                     e.to_error()
                 } else if e.code == SqlState::CONNECTION_FAILURE {
                     lost(&e.message)
                 } else {
-                    PgError::new(e.code, e.message).with_detail(
-                        "The upstream server refused a new connection for this statement.",
-                    )
+                    PgError::new(e.code, e.message).with_detail(e.detail.unwrap_or_else(|| {
+                        "The upstream server refused a new connection for this statement.".into()
+                    }))
                 };
                 self.fail_locally(frames, out, err);
                 false
@@ -1631,13 +1619,13 @@ impl Session {
                     self.must_answer = self.expect.len();
                     return Ok(());
                 }
-                let sets = self.note_effects(sql);
+                let (sets, ends) = self.note_effects(sql);
                 self.statements.remove("");
                 if let Some(s) = self.server.as_ref() {
                     s.statements.set_unnamed(None);
                 }
                 self.to_send.extend_from_slice(raw);
-                self.push(Kind::Query, true, Done::Query(sets));
+                self.push(Kind::Query, true, Done::Query(sets, ends));
                 self.must_answer = self.expect.len();
                 // (A replica batch is read-only: nothing to note.)
                 if !self.shard.replicas.is_empty() && self.replica_read.is_none() {
@@ -1868,7 +1856,7 @@ impl Session {
 
     /// What a simple Query does to session state: pins are noted now, its SETs returned to
     /// be recorded when it completes.
-    fn note_effects(&mut self, sql: &str) -> Vec<SetChange> {
+    fn note_effects(&mut self, sql: &str) -> (Vec<SetChange>, Vec<(usize, bool)>) {
         let fx = classify(sql);
         if fx.pins {
             self.pinned = true;
@@ -1880,7 +1868,7 @@ impl Session {
             // ROLLBACK TO may undo part of them; which part is not worth tracking.
             self.pinned = true;
         }
-        fx.sets
+        (fx.sets, fx.ends)
     }
 
     /// At ReadyForQuery `I`: the transaction's SETs take effect if it committed.
@@ -1908,15 +1896,41 @@ impl Session {
                 server.settings = if reset_all { 0 } else { self.settings };
             }
         } else if !changes.is_empty() {
-            // Dropped as rolled back. A COMMIT earlier in the same Query may have made some
-            // stick upstream (`SET a = 1; COMMIT; SELECT 1/0`): the connection's settings are
-            // not known, so whoever uses it next replays (0 would pass for "no settings").
+            // Dropped as rolled back. (A COMMIT earlier in the same Query settled the SETs
+            // before it where it answered: `settle_sets_mid_query`.) In case the scan missed
+            // one that made some stick upstream, the connection's settings are not known, so
+            // whoever uses it next replays (0 would pass for "no settings").
             if let Some(server) = self.server.as_mut() {
                 server.settings = SETTINGS_UNKNOWN;
             }
         }
         self.tx_rolled_back = false;
         self.savepoint_in_tx = false;
+    }
+
+    /// CommandComplete `COMMIT` / `ROLLBACK` from a statement inside a Query of several
+    /// ([`super::classify::Effects::ends`]): the SETs before it are the transaction's, which
+    /// ends here (or, at a ROLLBACK TO, does not). PostgreSQL keeps what a COMMIT committed
+    /// when a later statement of the Query fails, and runs what follows a ROLLBACK in a new
+    /// transaction.
+    fn settle_sets_mid_query(&mut self, committed: bool) {
+        let Some(Expect::Server {
+            done: Done::Query(sets, ends),
+            ..
+        }) = self.expect.front_mut()
+        else {
+            return;
+        };
+        if ends.is_empty() {
+            return;
+        }
+        let (before, ends_tx) = ends.remove(0);
+        self.pending_sets
+            .extend(sets.drain(..before.min(sets.len())));
+        if ends_tx {
+            self.tx_rolled_back = !committed;
+            self.end_of_transaction();
+        }
     }
 
     /// Read the server's replies until every message the client will not follow up is
@@ -2182,6 +2196,11 @@ impl Session {
         if tag == b'C' && raw.get(5..) == Some(b"ROLLBACK\0") {
             self.tx_rolled_back = true;
         }
+        let tx_ended = match raw.get(5..) {
+            Some(b"COMMIT\0") if tag == b'C' => Some(true),
+            Some(b"ROLLBACK\0") if tag == b'C' => Some(false),
+            _ => None,
+        };
         if emit {
             out.extend_from_slice(raw);
         }
@@ -2193,6 +2212,9 @@ impl Session {
             if let Some(server) = self.server.as_ref() {
                 server.statements.clear();
             }
+        }
+        if let (Some(committed), Kind::Query) = (tx_ended, kind) {
+            self.settle_sets_mid_query(committed);
         }
         if !terminal {
             return false;
@@ -2210,7 +2232,7 @@ impl Session {
                 // The replay is not the client's transaction.
                 self.tx_rolled_back = false;
             }
-            Done::Query(sets) => self.pending_sets.extend(sets),
+            Done::Query(sets, _) => self.pending_sets.extend(sets),
             Done::Lsn => {
                 self.lsn_outstanding -= 1;
                 match (status, self.lsn_seen.take()) {
