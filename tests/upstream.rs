@@ -448,6 +448,64 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
     );
 }
 
+/// The ParameterStatus messages of a login to `addr` with `params` (trust auth), by name.
+fn parameter_statuses(
+    addr: &str,
+    params: &[(&str, &str)],
+) -> std::collections::BTreeMap<String, String> {
+    use protocol::backend::BackendMessage;
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut out = Vec::new();
+    let mut all = vec![("user", "postgres"), ("database", "postgres")];
+    all.extend_from_slice(params);
+    protocol::frontend::encode_startup(&mut out, protocol::frontend::PROTOCOL_3_0, &all);
+    s.write_all(&out).unwrap();
+    let (mut buf, mut shown) = (Vec::new(), std::collections::BTreeMap::new());
+    loop {
+        while let Some((frame, n)) = protocol::wire::split_frame(&buf, 1 << 30).unwrap() {
+            match BackendMessage::parse(frame).unwrap() {
+                BackendMessage::ParameterStatus { name, value } => {
+                    shown.insert(name.to_string(), value.to_string());
+                }
+                BackendMessage::ReadyForQuery { .. } => return shown,
+                BackendMessage::ErrorResponse(e) => panic!("{addr}: {}", e.message()),
+                _ => {}
+            }
+            buf.drain(..n);
+        }
+        let mut chunk = [0u8; 8192];
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "{addr} closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A client is told its startup parameters as PostgreSQL shows them (drivers read them:
+/// psycopg builds its time zone from `TimeZone`, pgjdbc checks `DateStyle` and
+/// `client_encoding`), not as it spelt them; both at the login that checks them and at a
+/// later one with the same parameters, which is not checked again.
+#[test]
+fn parameter_status_shows_startup_values_as_postgres_shows_them() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let params = [
+        ("DateStyle", "iso"),
+        ("TimeZone", "europe/berlin"),
+        ("client_encoding", "utf8"),
+        ("IntervalStyle", "SQL_standard"),
+        ("standard_conforming_strings", "yes"),
+        ("application_name", "caf\u{e9}"),
+    ];
+    let at_pg = parameter_statuses(&format!("127.0.0.1:{}", pg.port), &params);
+    assert_eq!(at_pg["TimeZone"], "Europe/Berlin");
+    for login in ["checked", "remembered"] {
+        let through = parameter_statuses(&rw.addr(), &params);
+        assert_eq!(through, at_pg, "{login}");
+    }
+}
+
 fn protocol_query(sql: &str) -> Vec<u8> {
     let mut out = Vec::new();
     protocol::frontend::encode_query(&mut out, sql);

@@ -502,8 +502,7 @@ impl Engine for Upstream {
     }
 
     fn write_startup_parameters(&self, session: &Session, out: &mut Vec<u8>) {
-        for (name, value) in session.parameters().iter() {
-            let value = session.startup_value(name).unwrap_or(value);
+        for (name, value) in session.shown() {
             backend::write_parameter_status(out, name, value);
         }
     }

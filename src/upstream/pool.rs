@@ -216,9 +216,13 @@ pub struct Pool {
     /// The config's host the latest connection was opened on: new ones try it first.
     preferred_host: Cell<usize>,
     /// Fingerprints of startup parameters this key's logins had accepted upstream (see
-    /// `Session::admit`); cleared when it reaches [`ACCEPTED_MAX`].
-    pub accepted_settings: RefCell<std::collections::HashSet<u64>>,
+    /// `Session::admit`), each with the values as the server showed them (for
+    /// ParameterStatus); cleared when it reaches [`ACCEPTED_MAX`].
+    pub accepted_settings: RefCell<HashMap<u64, StartupValues>>,
 }
+
+/// Startup parameters by lower-cased name, each with its value as the server shows it.
+pub type StartupValues = Rc<[(String, String)]>;
 
 /// At most this many accepted startup fingerprints are remembered per key (clients that put
 /// a process id in `application_name` each have their own).

@@ -227,7 +227,9 @@ pub struct Session {
     /// The statement that replays each startup parameter (see [`startup_set`]): RESET ALL
     /// returns to these.
     startup_sets: Vec<(String, String)>,
-    /// Each startup parameter's value as the client sent it, by lower-cased name.
+    /// Each startup parameter's value by lower-cased name, for ParameterStatus: as the server
+    /// shows it once checked (`ISO, MDY` for `datestyle=iso`, `Europe/Berlin` for
+    /// `timezone=europe/berlin`: what `set_config` returned), else as the client sent it.
     startup_values: Vec<(String, String)>,
     /// Committed SETs, by lower-cased name.
     sets: Vec<(String, String)>,
@@ -491,13 +493,16 @@ impl Session {
             .startup_sets
             .iter()
             .any(|(name, _)| sets_identity(name));
-        let check = identity
-            || !self.startup_sets.is_empty()
-                && !self
-                    .primary
-                    .accepted_settings
-                    .borrow()
-                    .contains(&self.settings);
+        let remembered = self
+            .primary
+            .accepted_settings
+            .borrow()
+            .get(&self.settings)
+            .cloned();
+        let check = identity || !self.startup_sets.is_empty() && remembered.is_none();
+        if let Some(values) = remembered {
+            self.startup_values = values.to_vec();
+        }
         if first_login || identity {
             let conn = self
                 .primary
@@ -584,7 +589,16 @@ impl Session {
                 stmt
             };
             match simple_value(stream, buf, stmt).await {
-                Ok(_) => {}
+                Ok(shown) => {
+                    // `set_config` returns the value as the server shows it.
+                    if let (Some(shown), false) = (shown, is_transaction_characteristic(name)) {
+                        if let Some((_, v)) =
+                            self.startup_values.iter_mut().find(|(n, _)| n == name)
+                        {
+                            *v = shown;
+                        }
+                    }
+                }
                 Err(e) if reserved_prefix(&e) || name == "temp_tablespaces" && !passes_over(&e) => {
                     log::info!("startup parameter {name:?} refused upstream, kept: {e}");
                 }
@@ -600,7 +614,7 @@ impl Session {
                 if accepted.len() >= ACCEPTED_MAX {
                     accepted.clear();
                 }
-                accepted.insert(self.settings);
+                accepted.insert(self.settings, Rc::from(self.startup_values.as_slice()));
             }
             if !self.pinned {
                 conn.settings = self.settings;
@@ -633,8 +647,9 @@ impl Session {
     }
 
     /// The ParameterStatus values to show at startup.
-    pub fn parameters(&self) -> &[(String, String)] {
-        &self.parameters
+    /// The ParameterStatus values this client was told at startup (and since).
+    pub fn shown(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.shown.iter().map(|(n, v)| (&**n, &**v))
     }
 }
 
