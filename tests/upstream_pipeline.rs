@@ -415,13 +415,16 @@ async fn a_long_read_does_not_hold_up_clients_that_come_after_it() {
     assert!(read(41).await < Duration::from_secs(5));
 }
 
-/// The client whose session reads a pipe also writes the units queued behind its own. If
-/// PostgreSQL is not reading (it runs the unit ahead) a large unit's write waits, and a cancel
-/// of the reader's own statement ends that wait midway: part of a message may be on the wire.
-/// The connection must then close (every unit on it gets 08006), not be reused with half a
-/// message, which would leave the large unit and every unit behind it waiting forever.
+/// The client whose session reads a pipe also writes the units queued behind its own. Before
+/// units were bounded by `PIPE_REQUEST_BYTES`, a 16 MiB unit queued behind a sleeping one
+/// made that write wait (PostgreSQL not reading), and a cancel of the reader's own statement
+/// could end the write midway, with part of a message on the wire: the pipe then had to fail
+/// (every unit 08006) rather than be reused with half a message (`Reading::drop` still does
+/// that). Now the large unit does not join: it waits for the connection, so the reader's
+/// statement runs alone and its cancel lands (57014), and the large statement runs after.
+/// Nobody waits forever either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_that_stops_a_write_midway_fails_the_pipe_instead_of_hanging_it() {
+async fn a_large_unit_does_not_queue_behind_a_running_one_whose_cancel_then_lands() {
     let pg = Postgres::start();
     let rw = start(&pg, "1", &QUEUE_BEHIND_LONG_UNITS);
     warm(&rw, 1).await;
@@ -446,20 +449,14 @@ async fn a_cancel_that_stops_a_write_midway_fails_the_pipe_instead_of_hanging_it
         .unwrap();
     let (b, writer) = tokio::time::timeout(Duration::from_secs(20), b)
         .await
-        .expect("the unit whose write was cut off waits forever")
+        .expect("the large unit waits forever")
         .unwrap();
-    // Usually the write is still waiting when the cancel comes, and both units fail with
-    // 08006. On glommio's socket path the write had sometimes finished by then (seen once in
-    // three runs): the cancel is withdrawn (another client's unit is behind the reader's) and
-    // both run. Either way nobody waits forever.
-    match b {
-        Ok(rows) => assert_eq!(text_rows(rows)[0][0].as_deref(), Some("16777216")),
-        Err(e) => assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e}"),
-    }
-    if let Err(a) = a {
-        assert_eq!(a.code(), Some(&SqlState::CONNECTION_FAILURE), "{a}");
-    }
-    // The writer stays connected, and a new connection serves it.
+    assert_eq!(
+        a.expect_err("the cancelled statement ran to its end")
+            .code(),
+        Some(&SqlState::QUERY_CANCELED)
+    );
+    assert_eq!(text_rows(b.unwrap())[0][0].as_deref(), Some("16777216"));
     let rows = writer.simple_query("select length('abc')").await.unwrap();
     assert_eq!(text_rows(rows)[0][0].as_deref(), Some("3"));
 }
@@ -675,6 +672,49 @@ async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_dea
         // Then the loop reads on and gets every row.
         read_result(&mut reading, ROWS, Duration::from_secs(30)).await;
     }
+}
+
+/// Hazard 3 of ARCHITECTURE's pipelining: the reader does not read while it writes the units
+/// queued behind the head. With a large result at the head and a unit of many megabytes
+/// behind it, PostgreSQL blocked on sending the result (nobody read it) and so read nothing,
+/// and the reader blocked on writing the unit: both clients, and every unit on the
+/// connection, hung for good. Now a unit joins a pipe only while the requests queued on it fit
+/// `PIPE_REQUEST_BYTES`, far less than the socket buffers on the way hold; this one waits for
+/// the connection instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_statement_behind_a_large_result_does_not_deadlock_the_connection() {
+    use common::wire::{read_messages, simple_query};
+    use tokio::io::AsyncWriteExt;
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", &[]);
+    assert_eq!(raw_select(raw_session(&rw, None).await, 1).await, 2);
+    // A result that streams for far longer than the large statement takes to arrive.
+    const ROWS: usize = 300_000;
+    let mut reading = raw_session(&rw, None).await;
+    let mut large = raw_session(&rw, None).await;
+    reading
+        .write_all(&simple_query(&format!(
+            "select repeat('x', 1000) from generate_series(1, {ROWS})"
+        )))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    const LITERAL: usize = 16 << 20;
+    let sql = format!("select length('{}')", "x".repeat(LITERAL));
+    let limit = Duration::from_secs(60);
+    let result = read_result(&mut reading, ROWS, limit);
+    let statement = async {
+        large.write_all(&simple_query(&sql)).await.unwrap();
+        read_messages(&mut large).await
+    };
+    let (result, replies) = tokio::join!(
+        tokio::time::timeout(limit, result),
+        tokio::time::timeout(limit, statement)
+    );
+    result.expect("the large result never finished");
+    let replies = replies.expect("the large statement never finished");
+    let row = replies.iter().find(|m| m.0 == b'D').expect("a row");
+    assert_eq!(&row.1[6..], LITERAL.to_string().as_bytes());
 }
 
 /// Read a raw session's reply to `select repeat('x', 1000) from generate_series(1, rows)` up to

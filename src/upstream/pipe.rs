@@ -83,6 +83,8 @@ pub struct Unit {
     drained: Cell<Option<Waker>>,
     /// The batch's shape (see [`SlowShapes`]).
     shape: u64,
+    /// Bytes of its request on the connection (see [`PIPE_REQUEST_BYTES`]).
+    request: usize,
 }
 
 impl Unit {
@@ -204,6 +206,17 @@ pub const UNIT_BUFFER_BYTES: usize = 1 << 20;
 /// 1 MiB before.
 pub const UNIT_BUFFER_BYTES_AHEAD: usize = 8 << 20;
 
+/// Bytes of requests a pipe's queued units may hold together; a unit that would take it past
+/// this does not join (unless the pipe is empty). The reader does not read while it writes
+/// the units queued behind the head: were their requests larger than the socket buffers on
+/// the way to PostgreSQL take while it is busy sending the head's result (a receive buffer
+/// starts at 128 KiB here, `tcp_rmem`, and grows only as PostgreSQL reads), PostgreSQL would
+/// block on sending that result, which nobody reads, and the reader on writing, for good
+/// (ARCHITECTURE.md, pipelining hazard 3; test
+/// `a_large_statement_behind_a_large_result_does_not_deadlock_the_connection`). Units are
+/// client batches of reads, a few hundred bytes each: only a large literal comes near this.
+pub const PIPE_REQUEST_BYTES: usize = 32 << 10;
+
 /// What a ReadyForQuery other than `I` on a shared connection does to its units.
 const LEFT_OPEN: &str = "a statement left a transaction open on a shared upstream connection; \
     the connection was closed and the transaction rolled back";
@@ -239,17 +252,20 @@ impl Pipe {
         })
     }
 
-    /// Whether a unit of a client of `pool` (host, user and database) with `settings` may
-    /// join now. While clients wait for a connection of the pool, only until the pipe has
-    /// taken [`UNITS_WHILE_OTHERS_WAIT`] units: a pipe that kept taking units would never
-    /// drain and give its connection back, and clients with other settings (or whole
-    /// transactions) would starve.
-    pub fn takes(&self, pool: &Rc<Pool>, settings: u64) -> bool {
+    /// Whether a unit of `request` bytes of a client of `pool` (host, user and database)
+    /// with `settings` may join now. While clients wait for a connection of the pool, only
+    /// until the pipe has taken [`UNITS_WHILE_OTHERS_WAIT`] units: a pipe that kept taking
+    /// units would never drain and give its connection back, and clients with other
+    /// settings (or whole transactions) would starve. Only while the queued requests fit
+    /// [`PIPE_REQUEST_BYTES`] with it.
+    pub fn takes(&self, pool: &Rc<Pool>, settings: u64, request: usize) -> bool {
+        let units = self.units.borrow();
         self.joinable.get()
             && Rc::ptr_eq(&self.pool, pool)
             && self.settings == settings
-            && self.units.borrow().len() < self.depth
+            && units.len() < self.depth
             && (self.taken.get() < UNITS_WHILE_OTHERS_WAIT || !self.pool.has_waiters())
+            && units.iter().map(|u| u.request).sum::<usize>() + request <= PIPE_REQUEST_BYTES
     }
 
     /// The unit at the head has run for [`SlowShapes::threshold`], or is of a shape that did
@@ -537,6 +553,7 @@ impl Lease {
         debug_assert!(owed > 0, "a unit ends with Sync or Query");
         let unit = Rc::new(Unit {
             shape: self.shape,
+            request: bytes.len(),
             ..Unit::default()
         });
         unit.owed.set(owed);

@@ -563,6 +563,7 @@ impl ShardUpstream {
         credential: &Rc<Credential>,
         cancel: Option<&CancelToken>,
         fresh: bool,
+        request: usize,
         usable: impl Fn(&ConnStatements) -> bool,
     ) -> Result<Result<Rc<Pipe>, ServerConn>, LoginError> {
         let found = if fresh {
@@ -571,7 +572,7 @@ impl ShardUpstream {
             let pipes = self.pipes.borrow();
             let mut takers = pipes
                 .iter()
-                .filter(|p| p.takes(pool, settings) && usable(&p.statements));
+                .filter(|p| p.takes(pool, settings, request) && usable(&p.statements));
             let now = Instant::now();
             // Behind a long-running head only if the pool cannot do better (`pipe.rs`, "A long
             // statement").

@@ -93,13 +93,14 @@ const IN_TRANSACTION_WAIT_MAX: Duration = Duration::from_millis(1000);
 /// Replies piled up past this are written to the client mid-batch (a large result streams).
 const CLIENT_FLUSH_BYTES: usize = 256 << 10;
 
-/// The upstream statements a pipelinable unit relies on (see `Session::pipelinable`), and its
-/// shape (`classify::combine_shapes` of its statements').
+/// The upstream statements a pipelinable unit relies on (see `Session::pipelinable`), its
+/// shape (`classify::combine_shapes` of its statements') and its size in bytes.
 #[derive(Clone, Copy, Default)]
 struct UnitNeeds {
     ids: [u32; UNIT_STATEMENTS_MAX],
     len: usize,
     shape: u64,
+    bytes: usize,
 }
 
 /// A client's prepared statement.
@@ -1034,7 +1035,15 @@ impl Session {
                 };
                 match self
                     .shard
-                    .pipe_for(&pool, self.settings, &credential, cancel, fresh, usable)
+                    .pipe_for(
+                        &pool,
+                        self.settings,
+                        &credential,
+                        cancel,
+                        fresh,
+                        needs.bytes,
+                        usable,
+                    )
                     .await?
                 {
                     Ok(pipe) => {
@@ -1094,7 +1103,10 @@ impl Session {
         {
             return None;
         }
-        let mut needs = UnitNeeds::default();
+        let mut needs = UnitNeeds {
+            bytes: frames.len(),
+            ..UnitNeeds::default()
+        };
         let need = |needs: &mut UnitNeeds, id: Option<u32>| -> Option<()> {
             if let Some(id) = id {
                 if needs.len == UNIT_STATEMENTS_MAX {
