@@ -233,6 +233,49 @@ async fn a_commit_or_rollback_inside_a_query_settles_the_sets_before_it() {
             );
         }
     }
+    // Where the scan's statements are not the server's (a `BEGIN ATOMIC` body's `;` and
+    // `END`), nothing is settled mid-Query: the client may lose its SETs (the connection
+    // replays for whoever is next), but a SET the server rolled back is never recorded.
+    let through = connect(&rw).await;
+    let at_pg = direct(&pg).await;
+    let sql = "create or replace function f14() returns int language sql \
+               begin atomic select 1; end; set work_mem = '14MB'; commit; \
+               set statement_timeout = '3s'; rollback";
+    through.batch_execute(sql).await.unwrap();
+    at_pg.batch_execute(sql).await.unwrap();
+    for (name, default) in ["work_mem", "statement_timeout"].iter().zip(&defaults) {
+        assert_eq!(&show(&other, name).await, default, "begin atomic: {name}");
+    }
+    assert_eq!(
+        show(&through, "statement_timeout").await,
+        show(&at_pg, "statement_timeout").await
+    );
+    let work_mem = show(&through, "work_mem").await;
+    assert!(
+        work_mem == show(&at_pg, "work_mem").await || work_mem == defaults[0],
+        "{work_mem}"
+    );
+    drop(through);
+    // A SAVEPOINT after a COMMIT in one Query counts for the transaction after it, so a
+    // RESET that its ROLLBACK TO undid is not recorded (the session keeps its connection)
+    // and the connection never goes back to the pool with the SET it still has.
+    let through = connect(&rw).await;
+    let at_pg = direct(&pg).await;
+    for sql in [
+        "set work_mem = '13MB'",
+        "select 1; commit; begin; savepoint t",
+        "reset work_mem",
+        "rollback to t; commit",
+    ] {
+        through.batch_execute(sql).await.unwrap();
+        at_pg.batch_execute(sql).await.unwrap();
+    }
+    assert_eq!(
+        show(&through, "work_mem").await,
+        show(&at_pg, "work_mem").await
+    );
+    drop(through);
+    assert_eq!(show(&other, "work_mem").await, defaults[0], "savepoint");
 }
 
 /// Settings written the ways the session scan once misread, each checked against what
@@ -339,6 +382,11 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
         ("postgres", "-c 9x.y=1", ""),
         ("postgres", "-c select.x=1", ""),
         ("postgres", "-c a.b$c=1", ""),
+        // Checked (no such role; not the login user's to take), then without effect: the
+        // session is the login user's.
+        ("postgres", "-c session_authorization=lowly", ""),
+        ("lowly", "-c session_authorization=postgres", ""),
+        ("postgres", "-c session_authorization=nosuch", ""),
         // A transaction's characteristics: only the server's defaults pass (25001 else),
         // whatever a default_transaction_* before them says.
         ("postgres", "-c transaction_isolation=serializable", ""),
@@ -374,10 +422,14 @@ async fn startup_parameters_are_checked_at_login_as_postgres_checks_them() {
                 let placeholder = ["nosuch.x", "select.x", "a.b$c"]
                     .into_iter()
                     .find(|p| options.contains(*p));
-                for name in ["work_mem", "search_path", "application_name"]
-                    .into_iter()
-                    .chain(placeholder)
-                {
+                let names = [
+                    "work_mem",
+                    "search_path",
+                    "application_name",
+                    "session_authorization",
+                    "is_superuser",
+                ];
+                for name in names.into_iter().chain(placeholder) {
                     let sql = format!("select current_setting('{name}', true)");
                     let value =
                         async |c: &Client| first_value(&c.simple_query(&sql).await.unwrap());

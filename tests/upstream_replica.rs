@@ -283,6 +283,26 @@ async fn a_lagging_replica_serves_only_reads_that_accept_staleness() {
     // A serializable read may go to the standby (which refuses serializable itself: the
     // replica connection runs it at repeatable read).
     until_replica_serves(&serializable).await;
+    // The same from startup, with a parameter after it: replayed as `set_config` SELECTs,
+    // which a standby refuses at serializable, so it is replayed after the others.
+    let from_startup = common::client::connect_to(&format!(
+        "{} options='-c default_transaction_isolation=serializable -c application_name=late'",
+        rw.connection_string("postgres")
+    ))
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "a read with every startup parameter reaches the replica",
+        async || {
+            column(
+                &from_startup,
+                "select current_setting('application_name') || ' ' || pg_is_in_recovery()",
+            )
+            .await
+                == ["late true"]
+        },
+    )
+    .await;
 
     // Each write below is the first after the standby paused replay, having replayed
     // everything before: a read the applied LSN does not forbid the standby would see the

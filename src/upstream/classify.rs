@@ -23,13 +23,25 @@ pub struct Effects {
     /// SAVEPOINT / ROLLBACK TO / RELEASE: SETs in the block may be partly undone.
     pub savepoint: bool,
     /// In a Query of several statements, one entry per statement the server answers with
-    /// CommandComplete `COMMIT` or `ROLLBACK`, in order: how many of `sets` come between the
-    /// previous one and it, and whether it ends the transaction (COMMIT, END, ROLLBACK,
-    /// ABORT, with or without AND CHAIN) or not (ROLLBACK TO, whose tag is `ROLLBACK` too).
-    /// The SETs before a COMMIT are committed there even if a later statement of the Query
-    /// fails (`BEGIN; SET a = 1; COMMIT; SELECT 1/0`); those before a ROLLBACK are dropped
-    /// even if later ones commit. Empty for one statement: its Query's ReadyForQuery says.
-    pub ends: Vec<(usize, bool)>,
+    /// CommandComplete `COMMIT` or `ROLLBACK`, in order. The SETs before a COMMIT are
+    /// committed there even if a later statement of the Query fails (`BEGIN; SET a = 1;
+    /// COMMIT; SELECT 1/0`); those before a ROLLBACK are dropped even if later ones commit.
+    /// Empty for one statement: its Query's ReadyForQuery says.
+    pub ends: Vec<QueryEnd>,
+}
+
+/// See [`Effects::ends`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryEnd {
+    /// Which statement of the Query (counting those the server answers, from 0): the relay
+    /// settles SETs here only if this is the CommandComplete it counts, so a Query this scan
+    /// splits otherwise than PostgreSQL (a `BEGIN ATOMIC` body) is never misread.
+    pub statement: usize,
+    /// How many of `sets` come between the previous entry and this one.
+    pub sets_before: usize,
+    /// COMMIT, END, ROLLBACK, ABORT (with or without AND CHAIN) end the transaction;
+    /// ROLLBACK TO, whose tag is `ROLLBACK` too, does not.
+    pub ends_tx: bool,
 }
 
 /// Split `sql` into statements at semicolons outside quotes, dollar quotes and comments (the
@@ -329,6 +341,7 @@ pub fn classify(sql: &str) -> Effects {
         let mut w = words(stmt, 5);
         canonical_setting(&mut w);
         let w: Vec<&str> = w.iter().map(String::as_str).collect();
+        let statement = answered;
         answered += usize::from(!only_comments(stmt));
         let ends_tx = match w.as_slice() {
             ["rollback", "to", ..] | ["rollback", "transaction" | "work", "to", ..] => Some(false),
@@ -337,7 +350,11 @@ pub fn classify(sql: &str) -> Effects {
             _ => None,
         };
         if let Some(ends_tx) = ends_tx {
-            fx.ends.push((fx.sets.len() - sets_at_end, ends_tx));
+            fx.ends.push(QueryEnd {
+                statement,
+                sets_before: fx.sets.len() - sets_at_end,
+                ends_tx,
+            });
             sets_at_end = fx.sets.len();
         }
         match w.as_slice() {
@@ -1296,21 +1313,32 @@ mod tests {
 
     #[test]
     fn transaction_ends_inside_a_query() {
-        let ends = |sql: &str| classify(sql).ends;
+        let ends = |sql: &str| -> Vec<(usize, usize, bool)> {
+            classify(sql)
+                .ends
+                .iter()
+                .map(|e| (e.statement, e.sets_before, e.ends_tx))
+                .collect()
+        };
         // One statement: its ReadyForQuery settles it.
         assert_eq!(ends("commit"), vec![]);
         assert_eq!(ends("commit; -- done"), vec![]);
         assert_eq!(
             ends("set a.b = 1; COMMIT; set a.c = 2; set a.d = 3; rollback"),
-            vec![(1, true), (2, true)]
+            vec![(1, 1, true), (4, 2, true)]
         );
         assert_eq!(
             ends("begin; savepoint s; set a.b = 1; rollback to s; end; abort"),
-            vec![(1, false), (0, true), (0, true)]
+            vec![(3, 1, false), (4, 0, true), (5, 0, true)]
         );
         assert_eq!(
             ends("begin; commit and chain; rollback work to savepoint s; commit prepared 'x'; select 1"),
-            vec![(0, true), (0, false)]
+            vec![(1, 0, true), (2, 0, false)]
+        );
+        // A comment-only statement gets no reply and is not counted.
+        assert_eq!(
+            ends("select 1; /* c */; commit; select 2"),
+            vec![(1, 0, true)]
         );
         // Only statements with a reply count as statements; the words inside quotes and
         // comments are not statements.

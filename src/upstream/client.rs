@@ -13,6 +13,7 @@ use shards::auth::client::{
 };
 use shards::connect::Address;
 
+use super::pool::passes_over;
 use super::UpstreamConfig;
 
 /// PostgreSQL's own limit on a message (MaxAllocSize): a longer length field means the stream
@@ -418,6 +419,34 @@ pub async fn value_for<S: AsyncRead + AsyncWrite + Unpin>(
         .map_err(String::from)
 }
 
+/// Run each of `sqls` as a simple Query of its own, all sent in one write (one round trip):
+/// for each, what [`simple_value`] returns for it. Each is its own implicit transaction, so
+/// an error in one leaves the others alone. Ends early, with that error last, once the
+/// connection broke or the server is going away ([`passes_over`]).
+pub async fn simple_values<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    sqls: &[&str],
+) -> Vec<Result<Option<String>, LoginError>> {
+    let mut out = Vec::with_capacity(sqls.iter().map(|s| s.len() + 6).sum());
+    for sql in sqls {
+        frontend::encode_query(&mut out, sql);
+    }
+    if let Err(e) = stream.write_all(&out).await {
+        return vec![Err(LoginError::broken(e.to_string()))];
+    }
+    let mut answers = Vec::with_capacity(sqls.len());
+    for _ in sqls {
+        let answer = read_first_row(stream, buf, false).await;
+        let broken = answer.as_ref().is_err_and(passes_over);
+        answers.push(answer);
+        if broken {
+            break;
+        }
+    }
+    answers
+}
+
 /// Send `request` (ending in a Query or Sync) and read up to its ReadyForQuery: the first (or
 /// `last`) column of the first row. An ErrorResponse is an `Err` with its SQLSTATE, and the
 /// connection is idle again (only an I/O error or a FATAL leaves it unusable).
@@ -427,8 +456,20 @@ async fn first_row<S: AsyncRead + AsyncWrite + Unpin>(
     request: &[u8],
     last: bool,
 ) -> Result<Option<String>, LoginError> {
+    stream
+        .write_all(request)
+        .await
+        .map_err(|e| LoginError::broken(e.to_string()))?;
+    read_first_row(stream, buf, last).await
+}
+
+/// [`first_row`]'s reading half.
+async fn read_first_row<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut ReplyBuf,
+    last: bool,
+) -> Result<Option<String>, LoginError> {
     let broken = |e: &dyn std::fmt::Display| LoginError::broken(e.to_string());
-    stream.write_all(request).await.map_err(|e| broken(&e))?;
     let mut value = None;
     let mut error = None;
     loop {

@@ -50,9 +50,9 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 use super::classify::{
     autocommit_shape, begin_modes, classify, combine_shapes, contains_ignore_case, deallocated,
     read_only, route, sets_identity, setting_value, startup_changes_lexing,
-    startup_creates_temp_objects, tx_end, Isolation, Route, SetChange, TxControl, TxEnd,
+    startup_creates_temp_objects, tx_end, Isolation, QueryEnd, Route, SetChange, TxControl, TxEnd,
 };
-use super::client::{simple_value, LoginError, ReplyBuf};
+use super::client::{simple_values, LoginError, ReplyBuf};
 use super::pipe::Lease;
 use super::pool::{
     passes_over, ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream,
@@ -181,10 +181,20 @@ enum Done {
     /// One statement of the settings replay before its last (see `queue_settings_replay`).
     Replayed,
     /// A client Query and the SETs in it, pending once it completes (those before a COMMIT
-    /// or ROLLBACK inside it are settled there: [`super::classify::Effects::ends`]).
-    Query(Vec<SetChange>, Vec<(usize, bool)>),
+    /// or ROLLBACK inside it are settled there: [`QueryDone`]).
+    Query(QueryDone),
     /// [`LSN_QUERY`], queued behind a commit: the applied LSN is raised when it answers.
     Lsn,
+}
+
+/// What a client Query does to the session's settings, as its replies come.
+struct QueryDone {
+    /// Its SETs not settled yet.
+    sets: Vec<SetChange>,
+    /// Its transaction ends not reached yet ([`super::classify::Effects::ends`]), first last.
+    ends: Vec<QueryEnd>,
+    /// CommandCompletes seen so far.
+    completes: usize,
 }
 
 enum Expect {
@@ -228,6 +238,10 @@ pub struct Session {
     /// The statement that replays each startup parameter (see [`startup_set`]): RESET ALL
     /// returns to these.
     startup_sets: Vec<(String, String)>,
+    /// Startup parameters PostgreSQL checks at login and then overrides, so that they have
+    /// no effect: a `session_authorization` other than the login user's (its login runs as
+    /// the user who authenticated). Run at the check only, undone at once.
+    startup_checks: Vec<String>,
     /// Each startup parameter's value by lower-cased name, for ParameterStatus: as the server
     /// shows it once checked (`ISO, MDY` for `datestyle=iso`, `Europe/Berlin` for
     /// `timezone=europe/berlin`: what `set_config` returned), else as the client sent it.
@@ -334,14 +348,25 @@ fn startup_set(name: &str, value: &str) -> String {
     )
 }
 
-/// 42602 for a placeholder whose prefix a library loaded on this connection reserved
-/// (DETAIL `"x" is a reserved prefix.`), not on a fresh backend. (The same SQLSTATE and
-/// message for a name no backend takes, `9x.y`, has another DETAIL.)
-fn reserved_prefix(e: &LoginError) -> bool {
-    e.code.as_str() == "42602"
-        && e.detail
-            .as_deref()
-            .is_some_and(|d| d.ends_with("is a reserved prefix."))
+/// 42602 at `name` for a placeholder whose prefix a library loaded on this connection
+/// reserved (`"plpgsql" is a reserved prefix.`), not on a fresh backend. The same SQLSTATE
+/// for a name no backend takes (`9x.y`) is told apart by the name, not by the message, which
+/// the server's `lc_messages` may translate.
+fn reserved_prefix(name: &str, e: &LoginError) -> bool {
+    e.code.as_str() == "42602" && valid_custom_name(name)
+}
+
+/// PostgreSQL's rule for a custom parameter's name: two or more parts separated by dots, each
+/// a letter, `_` or non-ASCII byte followed by those, digits or `$`.
+fn valid_custom_name(name: &str) -> bool {
+    let part_ok = |part: &str| {
+        let mut bytes = part.bytes();
+        bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b >= 0x80)
+            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80)
+    };
+    name.contains('.') && name.split('.').all(part_ok)
 }
 
 fn lost(why: &str) -> PgError {
@@ -355,8 +380,18 @@ impl Session {
     pub fn open(shard: Rc<ShardUpstream>, start: &SessionStart<'_>) -> Result<Session, PgError> {
         let mut startup_sets = Vec::new();
         let mut startup_values = Vec::new();
+        let mut startup_checks = Vec::new();
         let mut add = |name: &str, value: &str| {
             let lower = name.to_ascii_lowercase();
+            if lower == "session_authorization" {
+                // Refused as at PostgreSQL's login (no such role; a user who may not take
+                // it), else without effect: the backend's own login user overrides it.
+                startup_checks.push(format!(
+                    "{}; RESET session_authorization",
+                    startup_set(&lower, value)
+                ));
+                return;
+            }
             startup_sets.push((lower.clone(), startup_set(&lower, value)));
             startup_values.push((lower, value.to_string()));
         };
@@ -376,19 +411,25 @@ impl Session {
             }
         }
         // The replay's statements are read in the connection's client encoding: a startup
-        // `client_encoding` is replayed last, so the other values are read as the connection's
-        // own encoding reads them (ringwire's, UTF-8), not as EUC_JP, say.
+        // `client_encoding` is replayed after the others (but for the one below), so they are
+        // read as the connection's own encoding reads them (ringwire's, UTF-8), not as
+        // EUC_JP, say.
         // A transaction's own characteristics come first: PostgreSQL checks them against the
         // server's defaults, before any other startup parameter (`default_transaction_*`)
         // could change those (`check_startup_settings`).
+        // A `default_transaction_isolation` comes after everything: the replay's
+        // `set_config`s are SELECTs, which take a snapshot, and on a hot standby a snapshot
+        // at serializable fails (0A000); the replica replay ends by lowering it (see
+        // `queue_settings_replay`).
         startup_sets.sort_by_key(|(name, _)| {
             (
                 !is_transaction_characteristic(name),
+                name == "default_transaction_isolation",
                 name == "client_encoding",
             )
         });
-        // A startup `role` / `session_authorization` (`options=-c role=x`) is replayed as a SET
-        // that RESET ALL does not undo: the session keeps its connection, as a SET ROLE would.
+        // A startup `role` (`options=-c role=x`) is replayed as a SET that RESET ALL does not
+        // undo: the session keeps its connection, as a SET ROLE would.
         // So does a startup `search_path` naming `pg_temp` (its tables would be temporary), and
         // a startup `standard_conforming_strings` off (the scan could misread its literals).
         let pinned = startup_sets.iter().any(|(name, value)| {
@@ -423,6 +464,7 @@ impl Session {
             tx: b'I',
             statements: Default::default(),
             startup_sets,
+            startup_checks,
             startup_values,
             sets: Vec::new(),
             settings,
@@ -490,10 +532,11 @@ impl Session {
     pub async fn admit(&mut self) -> Result<(), PgError> {
         let first_login =
             self.shard.login == UpstreamLogin::Client && self.primary.parameters.borrow().is_none();
-        let identity = self
-            .startup_sets
-            .iter()
-            .any(|(name, _)| sets_identity(name));
+        let identity = !self.startup_checks.is_empty()
+            || self
+                .startup_sets
+                .iter()
+                .any(|(name, _)| sets_identity(name));
         let remembered = self
             .primary
             .accepted_settings
@@ -569,28 +612,41 @@ impl Session {
         // These simple Queries replace the server's unnamed statement.
         conn.statements.set_unnamed(None);
         let (stream, buf) = conn.own_io().expect("a pool hands out whole connections");
-        let mut refusal = simple_value(stream, buf, "RESET ALL").await.err();
-        for (name, stmt) in &self.startup_sets {
-            if refusal.is_some() {
-                break;
-            }
-            // A transaction's own characteristics are set at PostgreSQL's login inside the
-            // transaction that reads the catalogs, after its first snapshot: a value other
-            // than the server's defaults is refused there (25001, "SET TRANSACTION ISOLATION
-            // LEVEL must be called before any query"), and one that passes lasts no longer
-            // than that transaction. The same SET after a query in one implicit transaction
-            // (`SELECT; SET …` as one Query: an error rolls it back and leaves the connection
-            // idle, where an explicit BEGIN would leave it in a failed block) gets the same
-            // answer from the server. (`open` puts them first.)
-            let checked;
-            let stmt = if is_transaction_characteristic(name) {
-                checked = format!("SELECT; {stmt}");
-                &checked
-            } else {
-                stmt
-            };
-            match simple_value(stream, buf, stmt).await {
-                Ok(shown) => {
+        // A transaction's own characteristics are set at PostgreSQL's login inside the
+        // transaction that reads the catalogs, after its first snapshot: a value other than
+        // the server's defaults is refused there (25001, "SET TRANSACTION ISOLATION LEVEL
+        // must be called before any query"), and one that passes lasts no longer than that
+        // transaction. The same SET after a query in one implicit transaction (`SELECT; SET …`
+        // as one Query: an error rolls it back and leaves the connection idle, where an
+        // explicit BEGIN would leave it in a failed block) gets the same answer from the
+        // server. (`open` puts them first.)
+        let sets: Vec<String> = self
+            .startup_sets
+            .iter()
+            .map(|(name, stmt)| {
+                if is_transaction_characteristic(name) {
+                    format!("SELECT; {stmt}")
+                } else {
+                    stmt.clone()
+                }
+            })
+            .collect();
+        // Each its own Query, as the settings replay runs them, all in one round trip: the
+        // first refusal, in the order PostgreSQL applies them, is the login's (what ran after
+        // it does not matter: the connection's settings are then marked unknown).
+        let statements: Vec<&str> = std::iter::once("RESET ALL")
+            .chain(self.startup_checks.iter().map(String::as_str))
+            .chain(sets.iter().map(String::as_str))
+            .collect();
+        let answers = simple_values(stream, buf, &statements).await;
+        let first_set = 1 + self.startup_checks.len();
+        let mut refusal = None;
+        for (i, answer) in answers.into_iter().enumerate() {
+            let name = i
+                .checked_sub(first_set)
+                .map(|k| self.startup_sets[k].0.as_str());
+            match (answer, name) {
+                (Ok(shown), Some(name)) => {
                     // `set_config` returns the value as the server shows it.
                     if let (Some(shown), false) = (shown, is_transaction_characteristic(name)) {
                         if let Some((_, v)) =
@@ -600,12 +656,17 @@ impl Session {
                         }
                     }
                 }
-                Err(e) if reserved_prefix(&e) || name == "temp_tablespaces" && !passes_over(&e) => {
+                (Ok(_), None) => {}
+                (Err(e), Some(name))
+                    if reserved_prefix(name, &e)
+                        || name == "temp_tablespaces" && !passes_over(&e) =>
+                {
                     log::info!("startup parameter {name:?} refused upstream, kept: {e}");
                 }
-                Err(e) => {
+                (Err(e), name) => {
                     log::info!("startup parameter {name:?} refused upstream: {e}");
                     refusal = Some(e);
+                    break;
                 }
             }
         }
@@ -1137,6 +1198,10 @@ impl Session {
                 }
                 let stmt = self.statements.get(name)?;
                 needs.shape = combine_shapes(needs.shape, stmt.autocommit?);
+                if stmt.upstream.is_some() {
+                    // The pipe's connection may lack it: its Parse goes out with the unit.
+                    needs.bytes += stmt.sql.len() + stmt.param_types.len() + 16;
+                }
                 need(needs, stmt.upstream)
             };
             match FrontendMessage::parse(frame).ok()? {
@@ -1646,13 +1711,13 @@ impl Session {
                     self.must_answer = self.expect.len();
                     return Ok(());
                 }
-                let (sets, ends) = self.note_effects(sql);
+                let done = self.note_effects(sql);
                 self.statements.remove("");
                 if let Some(s) = self.server.as_ref() {
                     s.statements.set_unnamed(None);
                 }
                 self.to_send.extend_from_slice(raw);
-                self.push(Kind::Query, true, Done::Query(sets, ends));
+                self.push(Kind::Query, true, Done::Query(done));
                 self.must_answer = self.expect.len();
                 // (A replica batch is read-only: nothing to note.)
                 if !self.shard.replicas.is_empty() && self.replica_read.is_none() {
@@ -1883,7 +1948,7 @@ impl Session {
 
     /// What a simple Query does to session state: pins are noted now, its SETs returned to
     /// be recorded when it completes.
-    fn note_effects(&mut self, sql: &str) -> (Vec<SetChange>, Vec<(usize, bool)>) {
+    fn note_effects(&mut self, sql: &str) -> QueryDone {
         let fx = classify(sql);
         if fx.pins {
             self.pinned = true;
@@ -1895,7 +1960,13 @@ impl Session {
             // ROLLBACK TO may undo part of them; which part is not worth tracking.
             self.pinned = true;
         }
-        (fx.sets, fx.ends)
+        let mut ends = fx.ends;
+        ends.reverse();
+        QueryDone {
+            sets: fx.sets,
+            ends,
+            completes: 0,
+        }
     }
 
     /// At ReadyForQuery `I`: the transaction's SETs take effect if it committed.
@@ -1935,28 +2006,48 @@ impl Session {
         self.savepoint_in_tx = false;
     }
 
-    /// CommandComplete `COMMIT` / `ROLLBACK` from a statement inside a Query of several
-    /// ([`super::classify::Effects::ends`]): the SETs before it are the transaction's, which
-    /// ends here (or, at a ROLLBACK TO, does not). PostgreSQL keeps what a COMMIT committed
-    /// when a later statement of the Query fails, and runs what follows a ROLLBACK in a new
-    /// transaction.
-    fn settle_sets_mid_query(&mut self, committed: bool) {
+    /// A statement of a client Query completed; `tx_ended`: its tag was `COMMIT` (true) or
+    /// `ROLLBACK` (false). At a transaction end the scan found inside a Query of several
+    /// statements ([`super::classify::Effects::ends`]), the SETs before it are the
+    /// transaction's, which ends here (or, at a ROLLBACK TO, does not): PostgreSQL keeps what
+    /// a COMMIT committed when a later statement of the Query fails, and runs what follows a
+    /// ROLLBACK in a new transaction. Where the server's CommandCompletes do not fall where
+    /// the scan put them, nothing more is settled mid-Query and the transaction's SETs are
+    /// dropped, its connection's settings unknown: never recorded unless surely committed.
+    fn query_statement_done(&mut self, tx_ended: Option<bool>) {
         let Some(Expect::Server {
-            done: Done::Query(sets, ends),
+            done: Done::Query(q),
             ..
         }) = self.expect.front_mut()
         else {
             return;
         };
-        if ends.is_empty() {
-            return;
-        }
-        let (before, ends_tx) = ends.remove(0);
-        self.pending_sets
-            .extend(sets.drain(..before.min(sets.len())));
-        if ends_tx {
-            self.tx_rolled_back = !committed;
+        let statement = q.completes;
+        q.completes += 1;
+        let here = q.ends.last().filter(|e| e.statement == statement).copied();
+        let end = match (here, tx_ended) {
+            (None, None) => return,
+            (Some(end), Some(_)) => end,
+            (None, Some(_)) if q.ends.is_empty() && q.completes == 1 && q.sets.is_empty() => {
+                // A Query of one statement (COMMIT): its ReadyForQuery settles it.
+                return;
+            }
+            _ => {
+                q.ends.clear();
+                self.tx_rolled_back = true;
+                return;
+            }
+        };
+        q.ends.pop();
+        let before = end.sets_before.min(q.sets.len());
+        self.pending_sets.extend(q.sets.drain(..before));
+        if end.ends_tx {
+            // (A ROLLBACK TO before this COMMIT already marked the transaction rolled back;
+            // the SAVEPOINTs later in the Query still count for the transaction after.)
+            self.tx_rolled_back |= tx_ended == Some(false);
+            let savepoint = self.savepoint_in_tx;
             self.end_of_transaction();
+            self.savepoint_in_tx = savepoint;
         }
     }
 
@@ -2240,8 +2331,8 @@ impl Session {
                 server.statements.clear();
             }
         }
-        if let (Some(committed), Kind::Query) = (tx_ended, kind) {
-            self.settle_sets_mid_query(committed);
+        if tag == b'C' && kind == Kind::Query {
+            self.query_statement_done(tx_ended);
         }
         if !terminal {
             return false;
@@ -2259,7 +2350,7 @@ impl Session {
                 // The replay is not the client's transaction.
                 self.tx_rolled_back = false;
             }
-            Done::Query(sets, _) => self.pending_sets.extend(sets),
+            Done::Query(done) => self.pending_sets.extend(done.sets),
             Done::Lsn => {
                 self.lsn_outstanding -= 1;
                 match (status, self.lsn_seen.take()) {
@@ -2582,6 +2673,17 @@ pub(super) fn error_field(body: &[u8], code: u8) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn custom_parameter_names_as_postgres_reads_them() {
+        // Each checked against PostgreSQL 15's `set_config`.
+        for name in ["a._b", "a.b$", "_.x", "é.x", "a.b.c", "A.B", "select.x"] {
+            assert!(super::valid_custom_name(name), "{name}");
+        }
+        for name in ["a.1b", "$a.b", "a..b", "a.", ".a", "a-b.c", "ab", "9x.y"] {
+            assert!(!super::valid_custom_name(name), "{name}");
+        }
+    }
+
     use super::*;
 
     fn set(name: &str, stmt: &str) -> (String, String) {
