@@ -642,8 +642,6 @@ async fn a_client_that_does_not_read_a_large_result_costs_bounded_memory() {
 /// it joins anyway, since the pool (of one) has no other connection to give.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_deadlocked() {
-    use common::wire::simple_query;
-    use tokio::io::AsyncWriteExt;
     let pg = Postgres::start();
     let rw = start(&pg, "1", &[]);
     assert_eq!(raw_select(raw_session(&rw, None).await, 1).await, 2);
@@ -654,12 +652,7 @@ async fn a_client_that_waits_for_a_query_queued_behind_its_own_result_is_not_dea
         // The "rows.Next()" side: asks for 7,000 rows of 1,000 bytes and reads none yet.
         let mut reading = raw_session(&rw, Some(16 << 10)).await;
         const ROWS: usize = 7_000;
-        reading
-            .write_all(&simple_query(&format!(
-                "select repeat('x', 1000) from generate_series(1, {ROWS})"
-            )))
-            .await
-            .unwrap();
+        ask_rows(&mut reading, ROWS).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         // The query inside the loop: queued behind that result on the only connection.
         let inner = raw_session(&rw, None).await;
@@ -692,12 +685,7 @@ async fn a_large_statement_behind_a_large_result_does_not_deadlock_the_connectio
     const ROWS: usize = 300_000;
     let mut reading = raw_session(&rw, None).await;
     let mut large = raw_session(&rw, None).await;
-    reading
-        .write_all(&simple_query(&format!(
-            "select repeat('x', 1000) from generate_series(1, {ROWS})"
-        )))
-        .await
-        .unwrap();
+    ask_rows(&mut reading, ROWS).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     const LITERAL: usize = 16 << 20;
     let sql = format!("select length('{}')", "x".repeat(LITERAL));
@@ -715,6 +703,16 @@ async fn a_large_statement_behind_a_large_result_does_not_deadlock_the_connectio
     let replies = replies.expect("the large statement never finished");
     let row = replies.iter().find(|m| m.0 == b'D').expect("a row");
     assert_eq!(&row.1[6..], LITERAL.to_string().as_bytes());
+}
+
+/// Send `select repeat('x', 1000) from generate_series(1, rows)` on a raw session.
+async fn ask_rows(stream: &mut tokio::net::TcpStream, rows: usize) {
+    use tokio::io::AsyncWriteExt;
+    let sql = format!("select repeat('x', 1000) from generate_series(1, {rows})");
+    stream
+        .write_all(&common::wire::simple_query(&sql))
+        .await
+        .unwrap();
 }
 
 /// Read a raw session's reply to `select repeat('x', 1000) from generate_series(1, rows)` up to
