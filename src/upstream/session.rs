@@ -708,7 +708,6 @@ impl Session {
             tx_defaults(&self.startup_sets, &self.sets);
     }
 
-    /// The ParameterStatus values to show at startup.
     /// The ParameterStatus values this client was told at startup (and since).
     pub fn shown(&self) -> impl Iterator<Item = (&str, &str)> {
         self.shown.iter().map(|(n, v)| (&**n, &**v))
@@ -1969,7 +1968,8 @@ impl Session {
         }
     }
 
-    /// At ReadyForQuery `I`: the transaction's SETs take effect if it committed.
+    /// At ReadyForQuery `I` (or a COMMIT / ROLLBACK inside a Query: `query_statement_done`):
+    /// the transaction's SETs take effect if it committed.
     fn end_of_transaction(&mut self) {
         let changes = std::mem::take(&mut self.pending_sets);
         if !self.tx_rolled_back && !changes.is_empty() {
@@ -1995,7 +1995,7 @@ impl Session {
             }
         } else if !changes.is_empty() {
             // Dropped as rolled back. (A COMMIT earlier in the same Query settled the SETs
-            // before it where it answered: `settle_sets_mid_query`.) In case the scan missed
+            // before it where it answered: `query_statement_done`.) In case the scan missed
             // one that made some stick upstream, the connection's settings are not known, so
             // whoever uses it next replays (0 would pass for "no settings").
             if let Some(server) = self.server.as_mut() {
@@ -2673,18 +2673,18 @@ pub(super) fn error_field(body: &[u8], code: u8) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn custom_parameter_names_as_postgres_reads_them() {
         // Each checked against PostgreSQL 15's `set_config`.
         for name in ["a._b", "a.b$", "_.x", "é.x", "a.b.c", "A.B", "select.x"] {
-            assert!(super::valid_custom_name(name), "{name}");
+            assert!(valid_custom_name(name), "{name}");
         }
         for name in ["a.1b", "$a.b", "a..b", "a.", ".a", "a-b.c", "ab", "9x.y"] {
-            assert!(!super::valid_custom_name(name), "{name}");
+            assert!(!valid_custom_name(name), "{name}");
         }
     }
-
-    use super::*;
 
     fn set(name: &str, stmt: &str) -> (String, String) {
         (name.to_string(), stmt.to_string())
