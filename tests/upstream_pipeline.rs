@@ -420,7 +420,7 @@ async fn a_long_read_does_not_hold_up_clients_that_come_after_it() {
 /// made that write wait (PostgreSQL not reading), and a cancel of the reader's own statement
 /// could end the write midway, with part of a message on the wire: the pipe then had to fail
 /// (every unit 08006) rather than be reused with half a message (`Reading::drop` still does
-/// that). Now the large unit does not join: it waits for the connection, so the reader's
+/// that). Now a unit over 32 KiB does not join: it waits for the connection, so the reader's
 /// statement runs alone and its cancel lands (57014), and the large statement runs after.
 /// Nobody waits forever either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,10 +433,11 @@ async fn a_large_unit_does_not_queue_behind_a_running_one_whose_cancel_then_land
     let token = reader.cancel_token();
     let a = tokio::spawn(async move { reader.simple_query("select pg_sleep(3)").await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // 16 MiB, more than loopback's socket buffers take while PostgreSQL sleeps, in one Query
-    // (a large Bind would reach the relay before its Sync, and a batch without its Sync is
-    // not a unit).
-    let big = format!("select length('{}')", "x".repeat(16 << 20));
+    // 256 KiB in one Query: past `PIPE_REQUEST_BYTES` (a large Bind would reach the relay
+    // before its Sync, and a batch without its Sync is not a unit). Not the 16 MiB the test
+    // once sent: a debug build's shard spends seconds scanning that much SQL, and the cancel,
+    // on the same shard, then came after the sleep had ended.
+    let big = format!("select length('{}')", "x".repeat(256 << 10));
     let b = tokio::spawn(async move {
         let result = writer.simple_query(&big).await;
         (result, writer)
@@ -456,7 +457,7 @@ async fn a_large_unit_does_not_queue_behind_a_running_one_whose_cancel_then_land
             .code(),
         Some(&SqlState::QUERY_CANCELED)
     );
-    assert_eq!(text_rows(b.unwrap())[0][0].as_deref(), Some("16777216"));
+    assert_eq!(text_rows(b.unwrap())[0][0].as_deref(), Some("262144"));
     let rows = writer.simple_query("select length('abc')").await.unwrap();
     assert_eq!(text_rows(rows)[0][0].as_deref(), Some("3"));
 }
