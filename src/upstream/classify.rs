@@ -52,26 +52,32 @@ fn statements(sql: &str) -> Vec<&str> {
     out
 }
 
-/// Leading words of a statement, lower-cased, comments skipped.
 /// A setting that changes who the session is (GUC names are case-insensitive). PostgreSQL's
 /// `RESET ALL` leaves both alone.
 pub fn sets_identity(name: &str) -> bool {
     name.eq_ignore_ascii_case("role") || name.eq_ignore_ascii_case("session_authorization")
 }
 
+/// `s` past its leading whitespace and comments.
+fn skip_blank(s: &str) -> &str {
+    let mut rest = s.trim_start();
+    loop {
+        if let Some(r) = rest.strip_prefix("--") {
+            rest = r.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if rest.starts_with("/*") {
+            rest = after_block_comment(rest).trim_start();
+        } else {
+            return rest;
+        }
+    }
+}
+
+/// Leading words of a statement, lower-cased, comments skipped.
 fn words(stmt: &str, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = stmt;
     while out.len() < n {
-        rest = rest.trim_start();
-        if let Some(r) = rest.strip_prefix("--") {
-            rest = r.split_once('\n').map_or("", |(_, r)| r);
-            continue;
-        }
-        if rest.starts_with("/*") {
-            rest = after_block_comment(rest);
-            continue;
-        }
+        rest = skip_blank(rest);
         if let Some(r) = rest.strip_prefix('"') {
             let (w, r) = r.split_once('"').unwrap_or((r, ""));
             out.push(w.to_string());
@@ -88,20 +94,6 @@ fn words(stmt: &str, n: usize) -> Vec<String> {
         rest = &rest[end..];
     }
     out
-}
-
-/// Whether `stmt` is blank but for comments (the server gives it no reply).
-fn only_comments(stmt: &str) -> bool {
-    let mut rest = stmt.trim_start();
-    loop {
-        if let Some(r) = rest.strip_prefix("--") {
-            rest = r.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if rest.starts_with("/*") {
-            rest = after_block_comment(rest).trim_start();
-        } else {
-            return rest.is_empty();
-        }
-    }
 }
 
 /// What follows the block comment `s` starts with; comments nest, as in PostgreSQL. Empty if
@@ -342,7 +334,8 @@ pub fn classify(sql: &str) -> Effects {
         canonical_setting(&mut w);
         let w: Vec<&str> = w.iter().map(String::as_str).collect();
         let statement = answered;
-        answered += usize::from(!only_comments(stmt));
+        // (A statement of comments only gets no reply.)
+        answered += usize::from(!skip_blank(stmt).is_empty());
         let ends_tx = match w.as_slice() {
             ["rollback", "to", ..] | ["rollback", "transaction" | "work", "to", ..] => Some(false),
             ["commit" | "rollback", "prepared", ..] => None,

@@ -207,12 +207,12 @@ pub const UNIT_BUFFER_BYTES: usize = 1 << 20;
 pub const UNIT_BUFFER_BYTES_AHEAD: usize = 8 << 20;
 
 /// Bytes of requests a pipe's queued units may hold together; a unit that would take it past
-/// this does not join (it may open a pipe of its own, as its first unit). The reader does not read while it writes
-/// the units queued behind the head: were their requests larger than the socket buffers on
-/// the way to PostgreSQL take while it is busy sending the head's result (a receive buffer
-/// starts at 128 KiB here, `tcp_rmem`, and grows only as PostgreSQL reads), PostgreSQL would
-/// block on sending that result, which nobody reads, and the reader on writing, for good
-/// (ARCHITECTURE.md, pipelining hazard 3; test
+/// this does not join (it may open a pipe of its own, as its first unit). The reader does
+/// not read while it writes the units queued behind the head: were their requests larger
+/// than the socket buffers on the way to PostgreSQL take while it is busy sending the head's
+/// result (a receive buffer starts at 128 KiB here, `tcp_rmem`, and grows only as
+/// PostgreSQL reads), PostgreSQL would block on sending that result, which nobody reads, and
+/// the reader on writing, for good (ARCHITECTURE.md, pipelining hazard 3; test
 /// `a_large_statement_behind_a_large_result_does_not_deadlock_the_connection`). Units are
 /// client batches of reads, a few hundred bytes each: only a large literal comes near this.
 /// A unit's size counts the Parse of each prepared statement it uses, which goes out with it

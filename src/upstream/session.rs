@@ -747,8 +747,9 @@ fn news(shown: &mut Vec<(Box<str>, Box<str>)>, raw: &[u8]) -> bool {
 }
 
 impl Session {
-    /// The value the client asked for at startup, for the ParameterStatus it is shown.
-    pub fn startup_value(&self, name: &str) -> Option<&str> {
+    /// A startup parameter's value for the ParameterStatus the client is shown (see
+    /// `startup_values`).
+    fn startup_value(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.startup_values
             .iter()
