@@ -481,7 +481,10 @@ async fn isolation_under_load(pipeline: &str, cap: Option<&str>) {
     for t in tasks {
         t.await.unwrap();
     }
-    // At most pool-size connections per (user, database) on the one shard.
+    // At most pool-size connections per (user, database) on the one shard. Without a cap each
+    // pool keeps what it opened; under one, a key whose clients finished first may have had
+    // every connection closed for the other key's waiting clients.
+    let least = if cap.is_some() { 0 } else { 1 };
     for (user, db) in [("alice", "appdb"), ("bob", "postgres")] {
         let n: usize = s
             .pg
@@ -490,7 +493,7 @@ async fn isolation_under_load(pipeline: &str, cap: Option<&str>) {
             ))
             .parse()
             .unwrap();
-        assert!((1..=2).contains(&n), "{n} connections of {user}@{db}");
+        assert!((least..=2).contains(&n), "{n} connections of {user}@{db}");
     }
     if let Some(cap) = cap {
         let n = backends(&s.pg, "'alice', 'bob'");

@@ -131,11 +131,8 @@ impl<'a> Reader<'a> {
 
     /// A NUL-terminated string, validated as UTF-8 (the only client encoding ringwire accepts).
     pub fn cstr(&mut self) -> Result<&'a str, PgError> {
-        let nul = self
-            .buf
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or_else(|| malformed("missing string terminator"))?;
+        let nul =
+            memchr::memchr(0, self.buf).ok_or_else(|| malformed("missing string terminator"))?;
         let s = &self.buf[..nul];
         self.buf = &self.buf[nul + 1..];
         utf8(s)
