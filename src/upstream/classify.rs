@@ -357,7 +357,9 @@ fn creates_temp_object(stmt: &str) -> bool {
 /// unless double-quoted). None for anything else, `DEALLOCATE ALL` included, and for text this
 /// cheap scan cannot vouch for (the server then sees it).
 pub fn deallocated(sql: &str) -> Option<String> {
-    if words(sql, 1).first().map(String::as_str) != Some("deallocate") {
+    // (Blank statements before it are not statements: `; DEALLOCATE s` is one.)
+    let start = sql.trim_start_matches(|c: char| c == ';' || c.is_whitespace());
+    if words(start, 1).first().map(String::as_str) != Some("deallocate") {
         return None;
     }
     let parts: Vec<&str> = statements(sql)
@@ -1408,6 +1410,7 @@ mod tests {
         assert_eq!(deallocated(" deallocate prepare S1 ;"), Some("s1".into()));
         assert_eq!(deallocated("DEALLOCATE \"Mixed\""), Some("Mixed".into()));
         assert_eq!(deallocated("DEALLOCATE \"all\""), Some("all".into()));
+        assert_eq!(deallocated(" ; ;DEALLOCATE s1"), Some("s1".into()));
         assert_eq!(deallocated("DEALLOCATE ALL"), None);
         assert_eq!(deallocated("DEALLOCATE PREPARE ALL"), None);
         assert_eq!(deallocated("DEALLOCATE a; select 1"), None);
@@ -1644,8 +1647,10 @@ mod tests {
     #[test]
     fn long_text_reads_as_short_text() {
         let pad = "x".repeat(20_000);
-        // A needle across every position of a search-block boundary.
-        for at in 8180..8200 {
+        // A needle across every position of the first two search-block boundaries: for the
+        // ten-byte longest needle of `plainly_stateless` at 4096 and 8183, for the twenty-byte
+        // one of `classify` at 4096 and 8173 (the blocks overlap by the longest less one).
+        for at in (4060..4110).chain(8140..8200) {
             let sql = format!("select '{}' || Set_Config('a','b',false)", &pad[..at]);
             assert!(classify(&sql).pins, "{at}");
             assert!(autocommit_shape(&sql).is_none(), "{at}");
