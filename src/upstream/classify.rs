@@ -174,8 +174,8 @@ fn plainly_stateless(sql: &str) -> bool {
 /// first word: session advisory locks, `set_config(…, false)`, `setseed` (the session's
 /// random sequence, which RESET ALL does not reset), and `U&"…"` identifiers, whose escapes
 /// can spell any of these (or SET ROLE) where the scan cannot read them; and `into`, which
-/// matters after SELECT and WITH. ASCII-case-insensitive, all found in one pass (the text may
-/// be megabytes, and this runs on the shard for every statement).
+/// matters after SELECT and WITH. ASCII-case-insensitive, searched for together a block at a
+/// time (the text may be megabytes, and this runs on the shard for every statement).
 static STATELESS_MARKERS: LazyLock<Needles> =
     LazyLock::new(|| Needles::new(&["into", "advisory", "set_config", "setseed", "u&\""]));
 /// [`STATELESS_MARKERS`]' number of `into`.
@@ -196,7 +196,8 @@ static SESSION_FUNCTIONS: LazyLock<Needles> = LazyLock::new(|| {
 /// Lower-case needles searched for in text of any case. Written here rather than with the
 /// aho-corasick crate, which measured 0.46 GB/s on these needles (their first bytes in both
 /// cases leave it no prefilter): the text is lower-cased a block at a time into a buffer on
-/// the stack and each needle found with memchr's SIMD memmem, several GB/s together.
+/// the stack and each needle found with memchr's SIMD memmem: 1.5-2.6 GB/s for five needles
+/// here (docs/PERF.md, session 15).
 struct Needles {
     finders: Vec<memmem::Finder<'static>>,
     longest: usize,
