@@ -249,7 +249,20 @@ async fn shard_threads_run_as_sched_batch_when_asked() {
         tokio::spawn(conn);
         let row = client.query_one("select 1::int4", &[]).await.unwrap();
         assert_eq!(row.get::<_, i32>(0), 1);
-        let policies = shard_policies(rw.pid());
+        // A shard that served nobody yet may still be naming its thread: look again for a
+        // while (CI once listed only shard 1's).
+        let mut policies = shard_policies(rw.pid());
+        for _ in 0..50 {
+            if (0..2).all(|k| {
+                policies
+                    .iter()
+                    .any(|(n, _)| n.starts_with(&format!("shard-{k}-")))
+            }) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            policies = shard_policies(rw.pid());
+        }
         for shard in 0..2 {
             let name = format!("shard-{shard}-");
             assert!(
