@@ -4,8 +4,8 @@
 //! reuse) and prints one line per step; ringwire's lines must equal PostgreSQL's. The same story
 //! then runs through ringwire's upstream mode (`--upstream`) in front of that PostgreSQL.
 //!
-//! Drivers: psycopg 3 (libpq), asyncpg (its own binary protocol implementation), node-postgres,
-//! pgx v5 (Go), pgjdbc. Each is fetched once from its package registry into
+//! Drivers: psycopg 3 (libpq), asyncpg (its own binary protocol implementation), node-postgres
+//! (with pg-cursor), pgx v5 (Go), pgjdbc. Each is fetched once from its package registry into
 //! `CARGO_TARGET_TMPDIR/drivers` (PyPI, npm, the Go module proxy, Maven Central) and reused;
 //! python3, npm, go, mvn and java must be on the PATH (they are on this project's machines).
 
@@ -21,6 +21,7 @@ use common::ringwire::Ringwire;
 const PSYCOPG: &str = "psycopg[binary]==3.3.9";
 const ASYNCPG: &str = "asyncpg==0.32.0";
 const NODE_PG: &str = "pg@8.23.1";
+const NODE_PG_CURSOR: &str = "pg-cursor@2.22.0";
 const PGJDBC: &str = "org.postgresql:postgresql:42.7.4";
 
 fn sources() -> PathBuf {
@@ -93,15 +94,18 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
             cmd
         }
         "node-postgres" => {
-            let dir = prepared(&format!("node-{}", tag(&[NODE_PG])), |dir| {
-                common::succeed(
-                    "npm install",
-                    Command::new("npm")
-                        .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-                        .arg(dir)
-                        .arg(NODE_PG),
-                )
-            });
+            let dir = prepared(
+                &format!("node-{}", tag(&[NODE_PG, NODE_PG_CURSOR])),
+                |dir| {
+                    common::succeed(
+                        "npm install",
+                        Command::new("npm")
+                            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                            .arg(dir)
+                            .args([NODE_PG, NODE_PG_CURSOR]),
+                    )
+                },
+            );
             let mut cmd = Command::new("node");
             cmd.env("NODE_PATH", dir.join("node_modules"))
                 .arg(src.join("node/pg_story.js"))

@@ -1135,8 +1135,12 @@ async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses
 /// A raw TCP session logged in as postgres with no other startup parameter (psycopg's
 /// default; tokio-postgres always sends some), answered up to ReadyForQuery.
 fn raw_login(rw: &Ringwire) -> std::net::TcpStream {
+    raw_login_at(&rw.addr())
+}
+
+fn raw_login_at(addr: &str) -> std::net::TcpStream {
     use protocol::frontend;
-    let mut s = std::net::TcpStream::connect(rw.addr()).unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut out = Vec::new();
     frontend::encode_startup(
@@ -1155,10 +1159,21 @@ fn raw_exchange(
     bytes: &[u8],
     ready: usize,
 ) -> Vec<(u8, Option<String>)> {
+    raw_exchange_until(stream, bytes, b'Z', ready)
+}
+
+/// [`raw_exchange`], reading until the `count`th message tagged `last`. (Reads a message at
+/// most past it: only for replies that end there.)
+fn raw_exchange_until(
+    stream: &mut std::net::TcpStream,
+    bytes: &[u8],
+    last: u8,
+    count: usize,
+) -> Vec<(u8, Option<String>)> {
     use protocol::backend::BackendMessage;
     use std::io::{Read, Write};
     stream.write_all(bytes).unwrap();
-    let mut buf = Vec::new();
+    let (ready, mut buf) = (count, Vec::new());
     let mut got = Vec::new();
     let mut seen = 0;
     while seen < ready {
@@ -1173,10 +1188,13 @@ fn raw_exchange(
                 _ => None,
             };
             got.push((frame.tag, code));
-            if frame.tag == b'Z' {
+            if frame.tag == last {
                 seen += 1;
             }
             buf.drain(..n);
+            if seen >= ready {
+                break;
+            }
         }
         if seen >= ready {
             break;
@@ -1187,6 +1205,73 @@ fn raw_exchange(
         buf.extend_from_slice(&chunk[..n]);
     }
     got
+}
+
+/// Extended-protocol messages up to a Flush, with the Execute (and Sync) to come, leave the
+/// server an implicit transaction and an unnamed portal: pg-cursor (node-postgres) reads a
+/// result that way, a few rows per Execute, outside any transaction. The connection stays with
+/// that client until its Sync, as a backend of its own would: another client's statement
+/// waits for it (before, it ran in between, on the same backend, which dropped the portal,
+/// and the next Execute failed with 34000). A client that leaves in that state has its
+/// connection closed, not pooled (a Sync would commit what it did). The transcript is
+/// PostgreSQL's own.
+#[test]
+fn a_portal_read_across_flushes_keeps_its_connection_until_sync() {
+    use protocol::frontend::{self, Target};
+    let pg = Postgres::start();
+    pg.query_value("create table left_behind (x int)");
+    let rw = start(&pg, "1", "1");
+    let mut first = Vec::new();
+    frontend::encode_parse(&mut first, "", "select g from generate_series(1, 3) g", &[]);
+    frontend::encode_bind(&mut first, "", "", &[], &[], &[]);
+    frontend::encode_describe(&mut first, Target::Portal, "");
+    frontend::encode_execute(&mut first, "", 1);
+    frontend::encode_empty(&mut first, b'H');
+    let mut rest = Vec::new();
+    frontend::encode_execute(&mut rest, "", 0);
+    frontend::encode_empty(&mut rest, b'S');
+    let mut transcripts = Vec::new();
+    for addr in [format!("127.0.0.1:{}", pg.port), rw.addr()] {
+        let addr = addr.as_str();
+        let mut a = raw_login_at(addr);
+        let mut b = raw_login_at(addr);
+        let mut transcript = raw_exchange_until(&mut a, &first, b's', 1);
+        // The other client's statement, sent now, must not run on A's backend in between.
+        let mut q = Vec::new();
+        frontend::encode_query(&mut q, "select 'b'");
+        let other = std::thread::spawn(move || raw_exchange(&mut b, &q, 1));
+        std::thread::sleep(Duration::from_millis(300));
+        transcript.extend(raw_exchange(&mut a, &rest, 1));
+        let b_got = other.join().unwrap();
+        assert_eq!(
+            b_got.iter().filter_map(|g| g.1.clone()).collect::<Vec<_>>(),
+            ["b"]
+        );
+        let rows: Vec<_> = transcript.iter().filter_map(|g| g.1.clone()).collect();
+        assert_eq!(rows, ["1", "2", "3"], "{addr}: {transcript:?}");
+        transcripts.push(transcript);
+        // A client that leaves with its implicit transaction open: its insert is rolled
+        // back, and nobody's statement runs inside it (and sees or commits the row).
+        let mut c = raw_login_at(addr);
+        let mut open = Vec::new();
+        frontend::encode_parse(&mut open, "", "insert into left_behind values (1)", &[]);
+        frontend::encode_bind(&mut open, "", "", &[], &[], &[]);
+        frontend::encode_execute(&mut open, "", 0);
+        frontend::encode_empty(&mut open, b'H');
+        let got = raw_exchange_until(&mut c, &open, b'C', 1);
+        assert_eq!(got.last().unwrap().0, b'C', "{got:?}");
+        drop(c);
+        let mut d = raw_login_at(addr);
+        let mut probe = Vec::new();
+        frontend::encode_query(&mut probe, "select count(*) from left_behind");
+        let got = raw_exchange(&mut d, &probe, 1);
+        assert_eq!(
+            got.iter().filter_map(|g| g.1.clone()).collect::<Vec<_>>(),
+            ["0"],
+            "{addr}"
+        );
+    }
+    assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
 }
 
 #[test]

@@ -263,6 +263,10 @@ pub struct Session {
     copy_in: bool,
     /// A reply made here was an error: drop client messages until Sync, as the server would.
     skip_until_sync: bool,
+    /// Extended-protocol messages were relayed that no Sync (or Query) has closed yet, e.g.
+    /// Parse/Bind/Flush with the Execute to come: the server holds their implicit
+    /// transaction and unnamed portal, so the connection stays with this client until then.
+    unsynced: bool,
     to_send: Vec<u8>,
     /// The value of each reported parameter as this client was last shown it (startup, then
     /// ParameterStatus). A pooled connection's own changes (the settings replay's RESET ALL
@@ -476,6 +480,7 @@ impl Session {
             must_answer: 0,
             copy_in: false,
             skip_until_sync: false,
+            unsynced: false,
             to_send: Vec::new(),
             wrote: false,
             predicted_open: false,
@@ -764,8 +769,10 @@ impl Session {
         let Some(mut server) = self.server.take() else {
             return;
         };
-        // A server skipping messages until a Sync the client never sent is not clean either.
-        let clean = self.expect.is_empty() && !self.copy_in && !self.skip_until_sync;
+        // A server skipping messages until a Sync the client never sent is not clean either,
+        // nor one holding extended-protocol work that no Sync closed (a Sync would commit it).
+        let clean =
+            self.expect.is_empty() && !self.copy_in && !self.skip_until_sync && !self.unsynced;
         if clean && self.tx == b'I' && !self.pinned {
             self.shard.release(server);
         } else if clean && !self.pinned && matches!(server.link, Link::Own(_)) {
@@ -979,8 +986,11 @@ impl Session {
         // After an extended-protocol error with no Sync sent yet, the server skips everything
         // until this client's Sync: the connection stays with this client until then (given
         // back, another client's statements would be skipped).
-        let finished =
-            self.expect.is_empty() && !self.copy_in && !self.skip_until_sync && self.tx == b'I';
+        let finished = self.expect.is_empty()
+            && !self.copy_in
+            && !self.skip_until_sync
+            && !self.unsynced
+            && self.tx == b'I';
         if finished && !self.pinned {
             if let Some(server) = self.server.take() {
                 self.give_back(server);
@@ -1143,6 +1153,7 @@ impl Session {
             && !self.pinned
             && !self.copy_in
             && !self.skip_until_sync
+            && !self.unsynced
             && self.expect.is_empty()
             && self.pending_sets.is_empty()
     }
@@ -1668,6 +1679,12 @@ impl Session {
         }
         if self.skip_until_sync && tag != b'S' {
             return Ok(());
+        }
+        match tag {
+            b'P' | b'B' | b'D' | b'E' | b'C' => self.unsynced = true,
+            // A Query ends the extended protocol's implicit transaction too.
+            b'S' | b'Q' | b'F' => self.unsynced = false,
+            _ => {}
         }
         let frame = split_frame(raw, usize::MAX)
             .expect("checked")

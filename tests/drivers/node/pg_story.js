@@ -1,6 +1,8 @@
 // The driver story (tests/drivers.rs) told with node-postgres (`pg`, pure JavaScript, text
-// formats, unnamed and named prepared statements). Usage: node pg_story.js HOST PORT
+// formats, unnamed and named prepared statements; pg-cursor for two clients' cursors read in
+// turn). Usage: node pg_story.js HOST PORT
 const { Client } = require('pg');
+const Cursor = require('pg-cursor');
 
 async function main(host, port) {
   const c = new Client({ host, port, user: 'postgres', database: 'postgres' });
@@ -33,6 +35,19 @@ async function main(host, port) {
   for (const id of [0, 2]) {
     show('prepared ' + id, await c.query({ name: 'count', text: 'select count(*)::int4 as n from drv_node where id > $1', values: [id] }));
   }
+  // Two clients read cursors in turn (pg-cursor: Execute with a row limit, then Flush; the
+  // Sync comes at close), each portal open across the other client's reads.
+  const d = new Client({ host, port, user: 'postgres', database: 'postgres' });
+  await d.connect();
+  const mine = c.query(new Cursor('select id from drv_node order by id'));
+  const theirs = d.query(new Cursor('select name from drv_node order by id desc'));
+  for (let i = 0; i < 3; i++) {
+    show('cursor c ' + i, { rows: await mine.read(1) });
+    show('cursor d ' + i, { rows: await theirs.read(1) });
+  }
+  await mine.close();
+  await theirs.close();
+  await d.end();
   await c.query('drop table drv_node');
   await c.end();
 }
