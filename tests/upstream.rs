@@ -600,6 +600,106 @@ async fn a_transaction_pins_its_connection_until_it_ends() {
     assert_eq!(pid_b, pid_in_tx);
 }
 
+/// What a statement answers: its first value, or its SQLSTATE and message.
+async fn answer(client: &Client, sql: &str) -> Result<String, (String, String)> {
+    client
+        .simple_query(sql)
+        .await
+        .map(|m| first_value(&m))
+        .map_err(|e| {
+            let db = e.as_db_error().expect("an error from the server");
+            (db.code().code().to_string(), db.message().to_string())
+        })
+}
+
+/// `lastval()` and `currval()` answer from what `nextval` left in the backend's session, and
+/// a pooled backend's session is every client's that ran on it. Through ringwire a client
+/// gets its own value where its connection came back to it untouched, and otherwise
+/// PostgreSQL's answer for a session that never called `nextval` (55000) — never another
+/// client's value, which is what a pooler without the check returns (this test got the other
+/// client's number before). With and without pipelining; one shard, so the clients share
+/// its pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lastval_and_currval_never_return_another_clients_value() {
+    let pg = Postgres::start();
+    let setup = direct(&pg).await;
+    setup
+        .batch_execute("create sequence s; create table ids (id serial primary key, v text)")
+        .await
+        .unwrap();
+    let fresh = direct(&pg).await;
+    let never_lastval = answer(&fresh, "select lastval()").await.unwrap_err();
+    let never_currval = answer(&fresh, "select currval('s')").await.unwrap_err();
+    assert_eq!(never_lastval.0, "55000");
+    for extra in [&[][..], &["--upstream-pipeline", "on"][..]] {
+        // One upstream connection: every client runs on it in turn.
+        let rw = start_with(&pg, "1", "1", extra);
+        let a = connect(&rw).await;
+        let b = connect(&rw).await;
+        let a_next = answer(&a, "select nextval('s')").await.unwrap();
+        assert_eq!(
+            answer(&b, "select lastval()").await,
+            Err(never_lastval.clone())
+        );
+        assert_eq!(
+            answer(&b, "select currval('s')").await,
+            Err(never_currval.clone())
+        );
+        // Prepared, then run after the other client's nextval: the same.
+        let statement = b.prepare("select currval('s')").await.unwrap();
+        let a_next2 = answer(&a, "select nextval('s')").await.unwrap();
+        assert_ne!(a_next, a_next2);
+        let e = b.query(&statement, &[]).await.unwrap_err();
+        assert_eq!(e.code(), Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE));
+        // A client's own value, in separate autocommit statements, as PDO's lastInsertId
+        // asks for it.
+        let mine = answer(&a, "select nextval('s')").await.unwrap();
+        assert_eq!(answer(&a, "select lastval()").await, Ok(mine.clone()));
+        assert_eq!(answer(&a, "select currval('s')").await, Ok(mine));
+        a.batch_execute("insert into ids (v) values ('a')")
+            .await
+            .unwrap();
+        let id = answer(&a, "select lastval()").await.unwrap();
+        assert_eq!(answer(&a, "select max(id)::text from ids").await, Ok(id));
+        // Interleaved on the one connection: each gets an error, never the other's number.
+        let a_last = answer(&a, "select nextval('s')").await.unwrap();
+        let b_last = answer(&b, "select nextval('s')").await.unwrap();
+        assert_eq!(
+            answer(&a, "select lastval()").await,
+            Err(never_lastval.clone())
+        );
+        assert_eq!(
+            answer(&b, "select lastval()").await,
+            Err(never_lastval.clone())
+        );
+        assert_ne!(a_last, b_last);
+        // Inside one transaction the value is the transaction's own.
+        let in_tx = a
+            .simple_query("begin; select nextval('s'); select lastval(); commit")
+            .await
+            .unwrap();
+        let values: Vec<&str> = in_tx
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => r.get(0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0], values[1]);
+    }
+    // Two connections: a client's lastval goes back to the connection its nextval ran on
+    // when that one is idle, though another was given back after it.
+    let rw = start_with(&pg, "1", "2", &[]);
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    b.batch_execute("begin").await.unwrap();
+    b.simple_query("select 1").await.unwrap();
+    let mine = answer(&a, "select nextval('s')").await.unwrap();
+    b.batch_execute("commit").await.unwrap();
+    assert_eq!(answer(&a, "select lastval()").await, Ok(mine));
+}
+
 /// A temporary table or a `WITH HOLD` cursor lives on the upstream connection it was made
 /// on, so however it is made (`CREATE TEMP`, `SELECT … INTO TEMP`, `CREATE TABLE pg_temp.…`,
 /// a `search_path` that starts with `pg_temp`, set or given at startup, `DECLARE … WITH HOLD`

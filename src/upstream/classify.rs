@@ -193,6 +193,18 @@ static SESSION_FUNCTIONS: LazyLock<Needles> = LazyLock::new(|| {
     ])
 });
 
+/// Whether `sql` names `lastval` or `currval`, whose answers are what an earlier `nextval`
+/// left in the backend's session (`Session::keep_sequence_state_own`). Anywhere in the text,
+/// quoted or not: a false match costs one `DISCARD SEQUENCES`.
+pub fn reads_sequence_state(sql: &str) -> bool {
+    SEQUENCE_STATE.any(sql, |_| true)
+}
+
+/// The functions that read or write what a sequence leaves in the backend's session.
+const SEQUENCE_FUNCTIONS: [&str; 4] = ["nextval", "setval", "lastval", "currval"];
+
+static SEQUENCE_STATE: LazyLock<Needles> = LazyLock::new(|| Needles::new(&["lastval", "currval"]));
+
 /// Lower-case needles searched for in text of any case. Written here rather than with the
 /// aho-corasick crate, which measured 0.46 GB/s on these needles (their first bytes in both
 /// cases leave it no prefilter): the text is lower-cased a block at a time into a buffer on
@@ -213,12 +225,19 @@ impl Needles {
 
     /// Whether a needle numbered `k` with `wanted(k)` occurs in `text`.
     fn any(&self, text: &str, wanted: impl Fn(usize) -> bool) -> bool {
-        const BLOCK: usize = 4 << 10;
-        let text = text.as_bytes();
-        let mut buf = [0u8; BLOCK];
+        // Most statements are short: a small buffer spares zeroing the block's 4 KiB.
+        const SHORT: usize = 256;
+        if text.len() <= SHORT {
+            return self.any_in(text.as_bytes(), &wanted, &mut [0u8; SHORT]);
+        }
+        self.any_in(text.as_bytes(), &wanted, &mut [0u8; 4 << 10])
+    }
+
+    fn any_in(&self, text: &[u8], wanted: &impl Fn(usize) -> bool, buf: &mut [u8]) -> bool {
+        let block_len = buf.len();
         let mut start = 0;
         loop {
-            let end = (start + BLOCK).min(text.len());
+            let end = (start + block_len).min(text.len());
             let block = &mut buf[..end - start];
             block.copy_from_slice(&text[start..end]);
             block.make_ascii_lowercase();
@@ -519,7 +538,9 @@ pub enum TxControl {
 /// VALUES, TABLE or WITH, that [`classify`] finds stateless (no SET, no advisory lock, no
 /// `set_config`), with no transaction control (so its ReadyForQuery says `I`), and without the
 /// words that could create session state through it (`into` of `SELECT … INTO`, `temp`,
-/// `temporary`, `listen`, `notify`, `prepare`, `declare`, `copy`) or make it write or lock rows
+/// `temporary`, `listen`, `notify`, `prepare`, `declare`, `copy`), the sequence functions
+/// (`nextval`, `setval`, `lastval`, `currval`, bare or quoted: their session state is kept per
+/// client only on connections of its own), or make it write or lock rows
 /// (`insert`, `update`, `delete`, `merge`: data-modifying CTEs and `FOR [NO KEY] UPDATE`;
 /// `share`: `FOR [KEY] SHARE`). Writes are left out because a write can wait for a row lock,
 /// and every unit queued behind it on the pipe would wait too, where PostgreSQL's deadlock
@@ -558,7 +579,9 @@ pub fn autocommit_shape(sql: &str) -> Option<u64> {
             // name): hashed as written, quotes and case kept, as PostgreSQL reads it.
             Token::Quoted(end) => {
                 hash(&sql.as_bytes()[i..end], false);
-                return true;
+                let name = sql.get(i + 1..end.saturating_sub(1)).unwrap_or("");
+                ok = !SEQUENCE_FUNCTIONS.contains(&name);
+                return ok;
             }
             Token::Semicolon => return true,
         };
@@ -586,6 +609,15 @@ pub fn autocommit_shape(sql: &str) -> Option<u64> {
             "merge",
             "share",
         ]) {
+            ok = false;
+        } else if SEQUENCE_FUNCTIONS.iter().any(|f| {
+            word.rsplit('.')
+                .next()
+                .is_some_and(|w| w.eq_ignore_ascii_case(f))
+        }) {
+            // What `nextval` and `setval` leave in the backend's session is what `lastval`
+            // and `currval` read: on a connection of its own, the session keeps a client's own
+            // value for it (`Session::keep_sequence_state_own`).
             ok = false;
         }
         ok
@@ -1337,8 +1369,41 @@ mod tests {
             "select 'unterminated",
             "select E'\\' ",
             "",
+            // What a sequence leaves in the session: kept per client only on a connection
+            // of its own.
+            "select nextval('s')",
+            "SELECT LASTVAL()",
+            "select currval('s')",
+            "select pg_catalog.setval('s', 5)",
+            "select \"lastval\"()",
+            "select \"currval\"('s')",
+            "select pg_catalog.\"nextval\"('s')",
+            "select PG_CATALOG.LASTVAL()",
         ] {
             assert!(!autocommit_only(no), "{no}");
+        }
+        assert!(autocommit_only("select \"LASTVAL\" from t"));
+    }
+
+    #[test]
+    fn what_reads_sequence_state() {
+        for yes in [
+            "select lastval()",
+            "SELECT CurrVal('s')",
+            "select \"lastval\"()",
+            "insert into t values (1); select lastval()",
+            // Anywhere: a false match costs one DISCARD SEQUENCES.
+            "select 'currval'",
+        ] {
+            assert!(reads_sequence_state(yes), "{yes}");
+        }
+        for no in [
+            "select nextval('s')",
+            "select 1",
+            "select last_val from s",
+            "",
+        ] {
+            assert!(!reads_sequence_state(no), "{no}");
         }
     }
 

@@ -228,10 +228,13 @@ impl Pipe {
     pub fn new(
         shard: Rc<ShardUpstream>,
         pool: Rc<Pool>,
-        conn: ServerConn,
+        mut conn: ServerConn,
         depth: usize,
     ) -> Rc<Pipe> {
         debug_assert!(matches!(conn.link, super::pool::Link::Own(_)));
+        // Its units are anyone's: back in the pool, what `lastval()` returns there is not
+        // any one client's.
+        conn.last_user = super::pool::PIPE_USERS;
         Rc::new(Pipe {
             shard,
             pool,

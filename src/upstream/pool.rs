@@ -219,6 +219,8 @@ pub struct Pool {
     /// `Session::admit`), each with the values as the server showed them (for
     /// ParameterStatus); cleared when it reaches [`ACCEPTED_MAX`].
     pub accepted_settings: RefCell<HashMap<u64, StartupValues>>,
+    /// The next [`ServerConn::serial`].
+    next_serial: Cell<u64>,
 }
 
 /// Startup parameters by lower-cased name, each with its value as the server shows it.
@@ -343,6 +345,11 @@ impl Drop for Slot {
 /// fingerprint is ever this (they are 0, for no settings, or odd), so every client replays.
 pub const SETTINGS_UNKNOWN: u64 = 2;
 
+/// [`ServerConn::last_user`] of a connection no client has run on.
+pub const NO_USER: u64 = 0;
+/// [`ServerConn::last_user`] of a connection that carried a pipe, whose units are anyone's.
+pub const PIPE_USERS: u64 = u64::MAX;
+
 /// One connection to the upstream server, or one client's share of a pipelined one.
 pub struct ServerConn {
     pub link: Link,
@@ -362,6 +369,13 @@ pub struct ServerConn {
     pub at: usize,
     /// The WAL timeline its host was on when it opened, for the fence (0: not asked).
     timeline: u32,
+    /// Which connection of its pool it is (from 1; 0 for a share of a pipe): a session
+    /// remembers where its last batch ran (`Session::last_conn`).
+    pub serial: u64,
+    /// The session whose batch ran on it last ([`NO_USER`], [`PIPE_USERS`]): whether what
+    /// `nextval` left in the backend for `lastval()` and `currval()` may be that client's
+    /// (`Session::keep_sequence_state_own`).
+    pub last_user: u64,
     /// When it last went back to the pool (for the health check and the idle timeout).
     released_at: Instant,
     /// The pool it belongs to (weak: the pool holds its idle connections).
@@ -501,7 +515,7 @@ impl ShardUpstream {
         let (key, credential) = &self.url_login;
         let pool = self.pool(Host::Primary, key);
         let mut conn = pool
-            .acquire(0, credential, None)
+            .acquire(0, 0, credential, None)
             .await
             .map_err(|e| fatal(e.code, &e.message))?;
         let reset = conn.settings != 0;
@@ -585,7 +599,7 @@ impl ShardUpstream {
         if let Some(pipe) = found {
             return Ok(Ok(pipe));
         }
-        let conn = pool.acquire(settings, credential, cancel).await?;
+        let conn = pool.acquire(settings, 0, credential, cancel).await?;
         if conn.settings != settings {
             return Ok(Err(conn));
         }
@@ -776,6 +790,7 @@ impl Pool {
             parameters: RefCell::new(None),
             preferred_host: Cell::new(0),
             accepted_settings: Default::default(),
+            next_serial: Cell::new(1),
         }
     }
 
@@ -792,6 +807,7 @@ impl Pool {
     pub async fn acquire(
         self: &Rc<Self>,
         settings: u64,
+        prefer: u64,
         credential: &Rc<Credential>,
         cancel: Option<&CancelToken>,
     ) -> Result<ServerConn, LoginError> {
@@ -800,9 +816,10 @@ impl Pool {
         loop {
             let found = {
                 let mut idle = self.idle.borrow_mut();
-                let i = idle
-                    .iter()
-                    .rposition(|c| c.settings == settings)
+                let i = (prefer != 0)
+                    .then(|| idle.iter().position(|c| c.serial == prefer))
+                    .flatten()
+                    .or_else(|| idle.iter().rposition(|c| c.settings == settings))
                     .or_else(|| idle.len().checked_sub(1));
                 i.map(|i| idle.swap_remove(i))
             };
@@ -967,6 +984,12 @@ impl Pool {
             host: self.host,
             at,
             timeline,
+            serial: {
+                let serial = self.next_serial.get();
+                self.next_serial.set(serial + 1);
+                serial
+            },
+            last_user: NO_USER,
             released_at: Instant::now(),
             pool: Rc::downgrade(self),
             _slot: Some(slot),
@@ -1265,6 +1288,8 @@ impl ServerConn {
             host: pipe.host,
             at: pipe.at,
             timeline: 0,
+            serial: 0,
+            last_user: PIPE_USERS,
             released_at: Instant::now(),
             pool: Rc::downgrade(&pipe.pool),
             _slot: None,

@@ -49,14 +49,14 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_shape, begin_modes, classify, combine_shapes, contains_ignore_case, deallocated,
-    read_only, route, sets_identity, setting_value, startup_changes_lexing,
+    read_only, reads_sequence_state, route, sets_identity, setting_value, startup_changes_lexing,
     startup_creates_temp_objects, tx_end, Isolation, QueryEnd, Route, SetChange, TxControl, TxEnd,
 };
 use super::client::{simple_values, LoginError, ReplyBuf};
 use super::pipe::Lease;
 use super::pool::{
     passes_over, ConnStatements, Host, Link, Parameters, Pool, PoolKey, ServerConn, ShardUpstream,
-    StatementKey, ACCEPTED_MAX, SETTINGS_UNKNOWN,
+    StatementKey, ACCEPTED_MAX, NO_USER, SETTINGS_UNKNOWN,
 };
 use super::stats::Counters;
 use super::UpstreamLogin;
@@ -308,6 +308,13 @@ pub struct Session {
     default_isolation: Isolation,
     /// The open transaction is read-only and runs on a replica; `server` is that replica's.
     replica_tx: Option<ReplicaTx>,
+    /// The primary connection (`ServerConn::serial`) this client's latest batch of its own
+    /// ran on (0: none yet): where its latest `nextval` may have run. (Pipelined units name no
+    /// sequence function.)
+    last_conn: u64,
+    /// Whether the batch being relayed names `lastval` or `currval`, once asked
+    /// ([`Session::reads_sequence_state`]).
+    sequence_use: Option<bool>,
 }
 
 /// How long a login waits for a connection to check its startup parameters on (see
@@ -498,6 +505,8 @@ impl Session {
             default_isolation,
             replica_tx: None,
             shown: Vec::new(),
+            last_conn: 0,
+            sequence_use: None,
         };
         session.show_startup_parameters();
         Ok(session)
@@ -555,7 +564,7 @@ impl Session {
         if first_login || identity {
             let conn = self
                 .primary
-                .acquire(self.settings, &self.credential, None)
+                .acquire(self.settings, 0, &self.credential, None)
                 .await
                 .map_err(|e| {
                     log::info!(
@@ -571,7 +580,9 @@ impl Session {
                 self.shard.release(conn);
             }
         } else if check {
-            let acquire = self.primary.acquire(self.settings, &self.credential, None);
+            let acquire = self
+                .primary
+                .acquire(self.settings, 0, &self.credential, None);
             let waited = futures_lite::future::or(async { Some(acquire.await) }, async {
                 glommio::timer::sleep(STARTUP_CHECK_WAIT).await;
                 None
@@ -847,6 +858,7 @@ impl Session {
     ) -> Result<usize, PgError> {
         let mut frames = frames;
         let mut replica = None;
+        self.sequence_use = None;
         if self
             .server
             .as_ref()
@@ -883,7 +895,7 @@ impl Session {
             cancel.reset();
             if let Some((i, each_statement, part)) = self.pick_replica_tx(frames).await {
                 match self
-                    .take_connection(Host::Replica(i), None, Some(cancel))
+                    .take_connection(Host::Replica(i), None, 0, Some(cancel))
                     .await
                 {
                     Ok(()) => {
@@ -909,7 +921,7 @@ impl Session {
             let unit = self.pipelinable(frames);
             if let Some(i) = replica {
                 match self
-                    .take_connection(Host::Replica(i), unit, Some(cancel))
+                    .take_connection(Host::Replica(i), unit, 0, Some(cancel))
                     .await
                 {
                     Ok(()) => Counters::bump(&self.shard.counters.replica_reads),
@@ -1022,8 +1034,15 @@ impl Session {
         cancel: &CancelToken,
         out: &mut Vec<u8>,
     ) -> bool {
+        // A batch that reads what an earlier `nextval` of this client left in its backend
+        // asks for the connection the client's latest batch ran on (see `run_batch`).
+        let prefer = if unit.is_none() && self.reads_sequence_state(frames) {
+            self.last_conn
+        } else {
+            0
+        };
         match self
-            .take_connection(Host::Primary, unit, Some(cancel))
+            .take_connection(Host::Primary, unit, prefer, Some(cancel))
             .await
         {
             Ok(()) => true,
@@ -1088,6 +1107,7 @@ impl Session {
         &mut self,
         host: Host,
         unit: Option<UnitNeeds>,
+        prefer: u64,
         cancel: Option<&CancelToken>,
     ) -> Result<(), LoginError> {
         let (pool, credential) = self.login_for(host);
@@ -1128,7 +1148,10 @@ impl Session {
                     }
                 }
             }
-            None => pool.acquire(self.settings, &credential, cancel).await?,
+            None => {
+                pool.acquire(self.settings, prefer, &credential, cancel)
+                    .await?
+            }
         };
         self.server = Some(server);
         Ok(())
@@ -1571,9 +1594,11 @@ impl Session {
             .server
             .as_ref()
             .is_some_and(|s| s.settings == self.settings);
-        if !settings_match && self.expect.is_empty() && self.tx == b'I' {
+        let unit_start = self.expect.is_empty() && self.tx == b'I' && !self.unsynced;
+        if !settings_match && unit_start {
             self.queue_settings_replay();
         }
+        self.keep_sequence_state_own(frames, unit_start);
         let mut runs = false;
         let mut rest = frames;
         while let Some((frame, len)) =
@@ -1603,6 +1628,76 @@ impl Session {
         }
         self.collect_replies(cancel, out, client).await;
         Ok(())
+    }
+
+    /// `lastval()` and `currval()` answer from what `nextval` left in the backend's session,
+    /// and a pooled backend's session is every client's that ran on it: from a connection
+    /// other than its own, a client would get another client's value (PgBouncer returns it).
+    /// So a batch that starts a unit and names either function runs as written only where
+    /// this client's latest batch ran and no other client ran since (`acquire` hands that
+    /// connection back when it is idle, `prefer`), or where no client ran yet. Anywhere else
+    /// it first gets `DISCARD SEQUENCES` (a swallowed Query of its own, in the same write),
+    /// and the function answers as in a new session: 55000 "not yet defined in this
+    /// session", unless the batch itself calls `nextval`. An error, never another client's
+    /// value. Left: a client that names them with no `nextval` of its own in its latest batch
+    /// reads what came before on that connection, which may be another client's; a
+    /// transaction that names them after its first batch; functions that call them.
+    /// (Discarding whenever a connection changes hands instead would cost every write a
+    /// statement: `DISCARD SEQUENCES` in front of a one-row INSERT cost a third of pgbench's
+    /// tps here, PERF.md session 16.)
+    fn keep_sequence_state_own(&mut self, frames: &[u8], unit_start: bool) {
+        let Some(server) = self.server.as_ref() else {
+            return;
+        };
+        if server.host != Host::Primary {
+            return; // (replicas run none of the sequence functions: `route`)
+        }
+        if !matches!(server.link, Link::Own(_)) {
+            // A pipe's unit names no sequence function (`autocommit_shape`): the client's
+            // values stay where they were. (The pipe's connection counts as anyone's.)
+            return;
+        }
+        let serial = server.serial;
+        let own =
+            server.last_user == NO_USER || server.last_user == self.id && self.last_conn == serial;
+        if !own && unit_start && self.reads_sequence_state(frames) {
+            frontend::encode_query(&mut self.to_send, "DISCARD SEQUENCES");
+            self.push(Kind::Query, false, Done::Replayed);
+            self.forget_unnamed_upstream();
+            self.must_answer = self.expect.len();
+        }
+        self.server.as_mut().expect("checked above").last_user = self.id;
+        self.last_conn = serial;
+    }
+
+    /// Whether this batch names `lastval` or `currval` (anywhere in a statement's text: a
+    /// false match costs one `DISCARD SEQUENCES`), in a Query, a Parse, or the statement a
+    /// Bind runs; or is a FunctionCall (by OID, which may be either).
+    fn reads_sequence_state(&mut self, frames: &[u8]) -> bool {
+        if let Some(known) = self.sequence_use {
+            return known;
+        }
+        let mut found = false;
+        let mut rest = frames;
+        while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+            rest = &rest[len..];
+            found = match FrontendMessage::parse(frame) {
+                Ok(FrontendMessage::Query { sql } | FrontendMessage::Parse { sql, .. }) => {
+                    reads_sequence_state(sql)
+                }
+                Ok(FrontendMessage::Bind(bind)) => self
+                    .statements
+                    .get(bind.statement)
+                    .is_some_and(|s| reads_sequence_state(&s.sql)),
+                Ok(FrontendMessage::FunctionCall) => true,
+                _ => false,
+            };
+            if found {
+                break;
+            }
+        }
+        self.sequence_use = Some(found);
+        found
     }
 
     fn queue_settings_replay(&mut self) {
