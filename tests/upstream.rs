@@ -614,17 +614,20 @@ async fn answer(client: &Client, sql: &str) -> Result<String, (String, String)> 
 
 /// `lastval()` and `currval()` answer from what `nextval` left in the backend's session, and
 /// a pooled backend's session is every client's that ran on it. Through ringwire a client
-/// gets its own value where its connection came back to it untouched, and otherwise
-/// PostgreSQL's answer for a session that never called `nextval` (55000) — never another
+/// gets the value it drew where its connection came back to it untouched, and otherwise
+/// PostgreSQL's answer for a session that never called `nextval` (55000) — not another
 /// client's value, which is what a pooler without the check returns (this test got the other
 /// client's number before). With and without pipelining; one shard, so the clients share
 /// its pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lastval_and_currval_never_return_another_clients_value() {
+async fn lastval_and_currval_answer_a_clients_own_value_or_55000() {
     let pg = Postgres::start();
     let setup = direct(&pg).await;
     setup
-        .batch_execute("create sequence s; create table ids (id serial primary key, v text)")
+        .batch_execute(
+            "create sequence s; create table ids (id serial primary key, v text); \
+             create function draw() returns bigint language sql as 'select nextval(''s'')'",
+        )
         .await
         .unwrap();
     let fresh = direct(&pg).await;
@@ -687,6 +690,15 @@ async fn lastval_and_currval_never_return_another_clients_value() {
             .collect();
         assert_eq!(values.len(), 2);
         assert_eq!(values[0], values[1]);
+        if !extra.is_empty() {
+            // A pipelined unit may draw inside a function: B's connection, once a pipe's, is
+            // not B's own any more.
+            answer(&b, "select nextval('s')").await.unwrap();
+            let drawn = answer(&a, "select draw()").await.unwrap();
+            let got = answer(&b, "select lastval()").await;
+            assert_ne!(got, Ok(drawn));
+            assert_eq!(got, Err(never_lastval.clone()));
+        }
     }
     // Two connections: a client's lastval goes back to the connection its nextval ran on
     // when that one is idle, though another was given back after it.
@@ -1331,24 +1343,47 @@ fn a_portal_read_across_flushes_keeps_its_connection_until_sync() {
     frontend::encode_execute(&mut rest, "", 0);
     frontend::encode_empty(&mut rest, b'S');
     let mut transcripts = Vec::new();
-    for addr in [format!("127.0.0.1:{}", pg.port), rw.addr()] {
+    let direct = format!("127.0.0.1:{}", pg.port);
+    for addr in [direct.clone(), rw.addr()] {
         let addr = addr.as_str();
         let mut a = raw_login_at(addr);
         let mut b = raw_login_at(addr);
         let mut transcript = raw_exchange_until(&mut a, &first, b's', 1);
-        // The other client's statement, sent now, must not run on A's backend in between.
+        // The other client's statement, sent now, must not run on A's backend in between:
+        // through ringwire it waits for the one upstream connection.
         let mut q = Vec::new();
         frontend::encode_query(&mut q, "select 'b'");
-        let other = std::thread::spawn(move || raw_exchange(&mut b, &q, 1));
+        std::io::Write::write_all(&mut b, &q).unwrap();
         std::thread::sleep(Duration::from_millis(300));
+        if addr != direct {
+            b.set_nonblocking(true).unwrap();
+            let waiting = matches!(b.peek(&mut [0u8; 1]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            b.set_nonblocking(false).unwrap();
+            assert!(
+                waiting,
+                "B was answered while A's portal was open on the connection"
+            );
+        }
         transcript.extend(raw_exchange(&mut a, &rest, 1));
-        let b_got = other.join().unwrap();
+        let b_got = raw_exchange(&mut b, &[], 1);
         assert_eq!(
             b_got.iter().filter_map(|g| g.1.clone()).collect::<Vec<_>>(),
             ["b"]
         );
         let rows: Vec<_> = transcript.iter().filter_map(|g| g.1.clone()).collect();
         assert_eq!(rows, ["1", "2", "3"], "{addr}: {transcript:?}");
+        // A Query in between ends the implicit transaction and its portal, also one that
+        // ringwire answers itself (SQL DEALLOCATE of a protocol-level statement).
+        let mut named = Vec::new();
+        frontend::encode_parse(&mut named, "s", "select 1", &[]);
+        frontend::encode_empty(&mut named, b'S');
+        transcript.extend(raw_exchange(&mut a, &named, 1));
+        transcript.extend(raw_exchange_until(&mut a, &first, b's', 1));
+        let mut deallocate = Vec::new();
+        frontend::encode_query(&mut deallocate, "deallocate s");
+        transcript.extend(raw_exchange(&mut a, &deallocate, 1));
+        transcript.extend(raw_exchange(&mut a, &rest, 1));
         transcripts.push(transcript);
         // A client that leaves with its implicit transaction open: its insert is rolled
         // back, and nobody's statement runs inside it (and sees or commits the row).

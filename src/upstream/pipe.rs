@@ -234,7 +234,7 @@ impl Pipe {
         debug_assert!(matches!(conn.link, super::pool::Link::Own(_)));
         // Its units are anyone's: back in the pool, what `lastval()` returns there is not
         // any one client's.
-        conn.last_user = super::pool::PIPE_USERS;
+        conn.last_user = super::pool::ANY_USER;
         Rc::new(Pipe {
             shard,
             pool,

@@ -347,8 +347,9 @@ pub const SETTINGS_UNKNOWN: u64 = 2;
 
 /// [`ServerConn::last_user`] of a connection no client has run on.
 pub const NO_USER: u64 = 0;
-/// [`ServerConn::last_user`] of a connection that carried a pipe, whose units are anyone's.
-pub const PIPE_USERS: u64 = u64::MAX;
+/// [`ServerConn::last_user`] of a connection that carried a pipe, whose units are anyone's,
+/// or ran ringwire's `--upstream-auth-query` (a function there may draw from a sequence).
+pub const ANY_USER: u64 = u64::MAX;
 
 /// One connection to the upstream server, or one client's share of a pipelined one.
 pub struct ServerConn {
@@ -372,7 +373,7 @@ pub struct ServerConn {
     /// Which connection of its pool it is (from 1; 0 for a share of a pipe): a session
     /// remembers where its last batch ran (`Session::last_conn`).
     pub serial: u64,
-    /// The session whose batch ran on it last ([`NO_USER`], [`PIPE_USERS`]): whether what
+    /// The session whose batch ran on it last ([`NO_USER`], [`ANY_USER`]): whether what
     /// `nextval` left in the backend for `lastval()` and `currval()` may be that client's
     /// (`Session::keep_sequence_state_own`).
     pub last_user: u64,
@@ -534,6 +535,7 @@ impl ShardUpstream {
         match answer {
             Ok(text) => {
                 conn.settings = 0;
+                conn.last_user = ANY_USER;
                 self.release(conn);
                 match text.as_deref().map(Secret::parse) {
                     None => Ok(None),
@@ -821,7 +823,8 @@ impl Pool {
                     .flatten()
                     .or_else(|| idle.iter().rposition(|c| c.settings == settings))
                     .or_else(|| idle.len().checked_sub(1));
-                i.map(|i| idle.swap_remove(i))
+                // (`remove`: the others keep their order, most recently given back last.)
+                i.map(|i| idle.remove(i))
             };
             if let Some(mut conn) = found {
                 let idle_for = conn.released_at.elapsed();
@@ -1289,7 +1292,7 @@ impl ServerConn {
             at: pipe.at,
             timeline: 0,
             serial: 0,
-            last_user: PIPE_USERS,
+            last_user: ANY_USER,
             released_at: Instant::now(),
             pool: Rc::downgrade(&pipe.pool),
             _slot: None,

@@ -178,8 +178,12 @@ enum Done {
     Bound(u32),
     /// The settings replay finished: the connection has the session's settings.
     Settings(u64),
-    /// One statement of the settings replay before its last (see `queue_settings_replay`).
+    /// One statement of the settings replay before its last (see `queue_settings_replay`),
+    /// or another swallowed Query of ringwire's own.
     Replayed,
+    /// The `DISCARD SEQUENCES` in front of a batch that reads sequence values
+    /// (`keep_sequence_state_own`).
+    Discarded,
     /// A client Query and the SETs in it, pending once it completes (those before a COMMIT
     /// or ROLLBACK inside it are settled there: [`QueryDone`]).
     Query(QueryDone),
@@ -880,7 +884,7 @@ impl Session {
                     // a batch (replica reads are autocommit work ending in Sync/Query); if one
                     // were, this batch must not run on it unchecked.
                     debug_assert!(false, "a replica connection was held past its batch");
-                    if self.expect.is_empty() && self.tx == b'I' && !self.pinned {
+                    if self.idle_and_unpinned() {
                         if let Some(server) = self.server.take() {
                             self.give_back(server);
                         }
@@ -961,12 +965,18 @@ impl Session {
             if let Some(saved) = saved_statements {
                 self.statements = saved;
             }
-            self.skip_until_sync = false;
             if let Some(server) = self.server.take() {
-                if self.expect.is_empty() && self.tx == b'I' {
+                if self.expect.is_empty()
+                    && self.tx == b'I'
+                    && !self.skip_until_sync
+                    && !self.unsynced
+                {
                     self.give_back(server);
                 }
             }
+            // The batch runs again from the state it started in.
+            self.skip_until_sync = false;
+            self.unsynced = false;
             self.expect.clear();
             self.must_answer = 0;
             self.replica_read = None;
@@ -1518,6 +1528,7 @@ impl Session {
         log::info!("read-only transaction on a replica ended: {}", err.message);
         Counters::bump(&self.shard.counters.replica_transactions_failed);
         self.server = None;
+        self.unsynced = false;
         self.replica_tx = None;
         self.fail_outstanding(out, err.clone());
         self.fail_locally(frames, out, err);
@@ -1638,10 +1649,13 @@ impl Session {
     /// connection back when it is idle, `prefer`), or where no client ran yet. Anywhere else
     /// it first gets `DISCARD SEQUENCES` (a swallowed Query of its own, in the same write),
     /// and the function answers as in a new session: 55000 "not yet defined in this
-    /// session", unless the batch itself calls `nextval`. An error, never another client's
-    /// value. Left: a client that names them with no `nextval` of its own in its latest batch
-    /// reads what came before on that connection, which may be another client's; a
-    /// transaction that names them after its first batch; functions that call them.
+    /// session", unless the batch itself calls `nextval`. So a value the client drew comes
+    /// back only to it, from its own connection; elsewhere it gets an error. Left (the value
+    /// may be another client's): a client that names them with no `nextval` of its own in its
+    /// latest batch (a `currval` of a sequence another statement advanced) reads what came
+    /// before on that connection; a transaction that names them after its first batch;
+    /// functions that call them; a DISCARD that fails (a cancel landing on it: the client
+    /// gets a WARNING).
     /// (Discarding whenever a connection changes hands instead would cost every write a
     /// statement: `DISCARD SEQUENCES` in front of a one-row INSERT cost a third of pgbench's
     /// tps here, PERF.md session 16.)
@@ -1662,7 +1676,7 @@ impl Session {
             server.last_user == NO_USER || server.last_user == self.id && self.last_conn == serial;
         if !own && unit_start && self.reads_sequence_state(frames) {
             frontend::encode_query(&mut self.to_send, "DISCARD SEQUENCES");
-            self.push(Kind::Query, false, Done::Replayed);
+            self.push(Kind::Query, false, Done::Discarded);
             self.forget_unnamed_upstream();
             self.must_answer = self.expect.len();
         }
@@ -1775,6 +1789,7 @@ impl Session {
         if self.skip_until_sync && tag != b'S' {
             return Ok(());
         }
+        let was_unsynced = self.unsynced;
         match tag {
             b'P' | b'B' | b'D' | b'E' | b'C' => self.unsynced = true,
             // A Query ends the extended protocol's implicit transaction too.
@@ -1814,6 +1829,13 @@ impl Session {
                 {
                     // SQL DEALLOCATE of a protocol-level statement: the server knows it only
                     // under ringwire's shared name, which stays for the shard's other clients.
+                    if was_unsynced {
+                        // The Query ends the implicit transaction of the extended-protocol
+                        // messages before it, as it would at PostgreSQL: an empty one does
+                        // just that (its replies swallowed).
+                        frontend::encode_query(&mut self.to_send, "");
+                        self.push(Kind::Query, false, Done::Replayed);
+                    }
                     self.statements.remove(name.as_str());
                     self.statements.remove("");
                     if let Some(s) = self.server.as_ref() {
@@ -2208,7 +2230,9 @@ impl Session {
             }
             // Before returning: the commit's ReadyForQuery is in `out`, and the replies are
             // released when this returns.
-            if self.commit_unrecorded && self.expect.is_empty() {
+            // (Not while extended-protocol work waits for its Sync: the Query would end its
+            // implicit transaction. The position is asked after that Sync.)
+            if self.commit_unrecorded && self.expect.is_empty() && !self.unsynced {
                 self.commit_unrecorded = false;
                 self.wrote = false;
                 let mut q = Vec::with_capacity(LSN_QUERY.len() + 6);
@@ -2302,7 +2326,8 @@ impl Session {
             unreachable!("local replies are written before waiting on the server")
         };
         let (kind, emit, lsn) = (*kind, *emit, matches!(done, Done::Lsn));
-        let replay = matches!(done, Done::Settings(_) | Done::Replayed);
+        let replay = matches!(done, Done::Settings(_) | Done::Replayed | Done::Discarded);
+        let discard = matches!(done, Done::Discarded);
         if lsn && tag == b'D' {
             self.lsn_seen = data_row_text(raw).and_then(super::client::parse_lsn);
             return false;
@@ -2360,15 +2385,28 @@ impl Session {
                     let code = code
                         .and_then(|c| <[u8; 5]>::try_from(c.as_bytes()).ok())
                         .map_or(SqlState::INTERNAL_ERROR, SqlState);
-                    let mut warning = PgError::new(
-                        code,
-                        format!("a setting of this session could not be restored: {message}"),
-                    )
-                    .with_detail(
-                        "ringwire replays the session's settings on each upstream connection \
-                         it uses; this connection refused one, and the statements run with \
-                         the server's value for it.",
-                    );
+                    let mut warning = if discard {
+                        // (A cancel that lands on it, say.) The batch behind it runs anyway.
+                        PgError::new(
+                            code,
+                            format!("sequence values could not be reset: {message}"),
+                        )
+                        .with_detail(
+                            "Before a statement that reads lastval() or currval(), ringwire \
+                             resets the sequence values an upstream connection holds for other \
+                             clients; this time that failed, so the statement may read them.",
+                        )
+                    } else {
+                        PgError::new(
+                            code,
+                            format!("a setting of this session could not be restored: {message}"),
+                        )
+                        .with_detail(
+                            "ringwire replays the session's settings on each upstream \
+                             connection it uses; this connection refused one, and the \
+                             statements run with the server's value for it.",
+                        )
+                    };
                     warning.severity = Severity::Warning;
                     backend::write_notice(out, &warning);
                     return false;
@@ -2457,7 +2495,11 @@ impl Session {
         let server = self.server.as_mut().expect("held");
         match done {
             Done::Prepared(id) => server.statements.confirmed(id),
-            Done::Nothing | Done::Bound(_) | Done::Unnamed(_) | Done::Replayed => {}
+            Done::Nothing
+            | Done::Bound(_)
+            | Done::Unnamed(_)
+            | Done::Replayed
+            | Done::Discarded => {}
             Done::Settings(fp) => {
                 server.settings = fp;
                 // The replay is not the client's transaction.
@@ -2553,6 +2595,8 @@ impl Session {
             lease.fail(why);
         }
         self.server = None;
+        // Whatever the server held for the client's extended-protocol messages is gone.
+        self.unsynced = false;
         self.lsn_outstanding = 0;
         self.lsn_seen = None;
         self.commit_unrecorded = false;
