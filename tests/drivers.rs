@@ -208,6 +208,49 @@ fn same_story_everywhere(driver: &str) {
     );
 }
 
+const DRIVERS: [&str; 5] = ["psycopg", "asyncpg", "node-postgres", "pgx", "pgjdbc"];
+
+/// Every driver's story at once through upstream mode with two upstream connections on one
+/// shard, so the drivers' sessions keep taking over each other's connections between
+/// transactions: each with its own startup parameters to replay (pgjdbc sends
+/// `extra_float_digits` and `DateStyle`), its own statement names to map, and its own way of
+/// using the protocol (pgx's cached statements, pgjdbc's named statements, pg-cursor's
+/// portals across Flushes). Each must still tell PostgreSQL's story
+/// word for word. (Each driver's table is its own, so the stories do not meet in the data.)
+#[test]
+fn every_driver_at_once_through_two_upstream_connections() {
+    let pg = Postgres::start();
+    let want: Vec<String> = DRIVERS
+        .iter()
+        .map(|d| tell(d, "PostgreSQL", "127.0.0.1", pg.port))
+        .collect();
+    let upstream = pg.url();
+    let relay = Ringwire::start(&[
+        "--shards",
+        "1",
+        "--upstream",
+        &upstream,
+        "--upstream-pool-size",
+        "2",
+    ]);
+    let port = relay.port;
+    let got: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = DRIVERS
+            .iter()
+            .map(|d| {
+                scope.spawn(move || tell(d, "ringwire --upstream, all at once", "127.0.0.1", port))
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for ((driver, got), want) in DRIVERS.iter().zip(&got).zip(&want) {
+        assert_eq!(
+            got, want,
+            "{driver}: ringwire --upstream with every driver at once (left) vs PostgreSQL (right)"
+        );
+    }
+}
+
 #[test]
 fn psycopg() {
     same_story_everywhere("psycopg");
