@@ -1791,7 +1791,8 @@ impl Session {
         }
         let was_unsynced = self.unsynced;
         match tag {
-            b'P' | b'B' | b'D' | b'E' | b'C' => self.unsynced = true,
+            // (Not Close: PostgreSQL starts no transaction for it.)
+            b'P' | b'B' | b'D' | b'E' => self.unsynced = true,
             // A Query ends the extended protocol's implicit transaction too.
             b'S' | b'Q' | b'F' => self.unsynced = false,
             _ => {}
