@@ -1274,18 +1274,18 @@ fn raw_exchange(
     raw_exchange_until(stream, bytes, b'Z', ready)
 }
 
-/// [`raw_exchange`], reading until the `count`th message tagged `last`. (Reads a message at
-/// most past it: only for replies that end there.)
+/// [`raw_exchange`], reading until the `ready`th message tagged `last`. Bytes read past that
+/// message are dropped: only for replies that end there.
 fn raw_exchange_until(
     stream: &mut std::net::TcpStream,
     bytes: &[u8],
     last: u8,
-    count: usize,
+    ready: usize,
 ) -> Vec<(u8, Option<String>)> {
     use protocol::backend::BackendMessage;
     use std::io::{Read, Write};
     stream.write_all(bytes).unwrap();
-    let (ready, mut buf) = (count, Vec::new());
+    let mut buf = Vec::new();
     let mut got = Vec::new();
     let mut seen = 0;
     while seen < ready {
