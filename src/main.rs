@@ -179,6 +179,15 @@ struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     upstream_wait_timeout_secs: u64,
 
+    /// Upstream mode: a client that holds an upstream connection with work open (a
+    /// transaction, extended-protocol messages no Sync closed yet, a COPY) and sends nothing
+    /// for this long is disconnected with FATAL 25P03, as PostgreSQL's
+    /// `idle_in_transaction_session_timeout` does, and its work is rolled back, so the
+    /// connection serves others again (PgBouncer's `idle_transaction_timeout`). A client's
+    /// own `idle_in_transaction_session_timeout` is kept too, whichever is shorter. 0: none.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    upstream_idle_transaction_timeout_secs: u64,
+
     /// Upstream mode: a query that returns the stored password (`rolpassword`: a SCRAM-SHA-256
     /// verifier or md5 hash) of the user in `$1`, run on the primary as the `--upstream` URL's
     /// user for a client whose user is not in `--users-file` (PgBouncer's `auth_query`; the
@@ -567,6 +576,9 @@ fn main() -> ExitCode {
                 check_delay: std::time::Duration::from_secs(cli.upstream_check_delay_secs),
                 idle_timeout: std::time::Duration::from_secs(cli.upstream_idle_timeout_secs),
                 wait_timeout: std::time::Duration::from_secs(cli.upstream_wait_timeout_secs),
+                idle_transaction_timeout: std::time::Duration::from_secs(
+                    cli.upstream_idle_transaction_timeout_secs,
+                ),
                 ..PoolTimers::default()
             },
             cli.upstream_max_connections,

@@ -1251,6 +1251,11 @@ fn raw_login(rw: &Ringwire) -> std::net::TcpStream {
 }
 
 fn raw_login_at(addr: &str) -> std::net::TcpStream {
+    raw_login_as(addr, "postgres")
+}
+
+/// [`raw_login_at`] as `user` (trusted) on database `postgres`.
+fn raw_login_as(addr: &str, user: &str) -> std::net::TcpStream {
     use protocol::frontend;
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -1258,7 +1263,7 @@ fn raw_login_at(addr: &str) -> std::net::TcpStream {
     frontend::encode_startup(
         &mut out,
         frontend::PROTOCOL_3_0,
-        &[("user", "postgres"), ("database", "postgres")],
+        &[("user", user), ("database", "postgres")],
     );
     assert_eq!(raw_exchange(&mut s, &out, 1).last().unwrap().0, b'Z');
     s
@@ -1317,6 +1322,243 @@ fn raw_exchange_until(
         buf.extend_from_slice(&chunk[..n]);
     }
     got
+}
+
+/// A tokio-postgres session whose notifications are collected as they arrive (the connection
+/// task reads the socket on its own, so a notification is seen without a statement).
+async fn listening_session(
+    conninfo: &str,
+) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let (client, mut conn) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let line = format!("{}: {}", n.channel(), n.payload());
+                sink.lock().unwrap().push(line);
+            }
+        }
+    });
+    (client, got)
+}
+
+/// A client that LISTENs and then waits (as psycopg's `notifies()` or node-postgres'
+/// `notification` event do) gets each notification when it is sent, as from PostgreSQL:
+/// ringwire reads the pinned connection while the client is idle. Before, a notification
+/// reached the client only with the reply to its next statement, so one that waited never
+/// got it. One sent while the listener is in a transaction arrives after its commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listening_client_gets_notifications_without_asking() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "2");
+    let mut seen = Vec::new();
+    for conninfo in [pg.connection_string(), rw.connection_string("postgres")] {
+        let (listener, got) = listening_session(&conninfo).await;
+        let notifier = connect_to(&conninfo).await;
+        listener.batch_execute("listen jobs").await.unwrap();
+        notifier.batch_execute("notify jobs, 'one'").await.unwrap();
+        notifier
+            .batch_execute("select pg_notify('jobs', 'two')")
+            .await
+            .unwrap();
+        let wait_for = |n: usize| {
+            let got = got.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while got.lock().unwrap().len() < n && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                got.lock().unwrap().clone()
+            }
+        };
+        assert_eq!(wait_for(2).await, ["jobs: one", "jobs: two"], "{conninfo}");
+        listener.batch_execute("begin; select 1").await.unwrap();
+        notifier
+            .batch_execute("notify jobs, 'three'")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before_commit = got.lock().unwrap().len();
+        listener.batch_execute("commit").await.unwrap();
+        notifier.batch_execute("notify jobs, 'four'").await.unwrap();
+        seen.push((before_commit, wait_for(4).await));
+    }
+    assert_eq!(seen[0].0, 2, "PostgreSQL delivers after the commit");
+    assert_eq!(seen[1], seen[0], "ringwire, then PostgreSQL");
+}
+
+/// Every message until the server closes the connection (the login's 10 s read timeout
+/// fails the test if it never does), as [`raw_exchange`] reports them.
+fn raw_read_to_end(stream: &mut std::net::TcpStream) -> Vec<(u8, Option<String>)> {
+    use protocol::backend::BackendMessage;
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(stream, &mut buf).expect("the server closes the connection");
+    let mut got = Vec::new();
+    let mut rest = &buf[..];
+    while let Some((frame, n)) = protocol::wire::split_frame(rest, 1 << 30).unwrap() {
+        let code = match BackendMessage::parse(frame) {
+            Ok(BackendMessage::ErrorResponse(f)) => Some(format!("{} {}", f.code(), f.message())),
+            _ => None,
+        };
+        got.push((frame.tag, code));
+        rest = &rest[n..];
+    }
+    assert!(
+        rest.is_empty(),
+        "a partial message before the end: {rest:?}"
+    );
+    got
+}
+
+/// `idle_in_transaction_session_timeout` is the upstream backend's to enforce, and the client
+/// gets what PostgreSQL sends it: FATAL 25P03, then the end of the connection, at the moment
+/// the timeout fires — whether the client set it (also inside the transaction; also for a
+/// failed one) or the server's configuration did (ALTER ROLE). The connection serves the
+/// next client at once, its transaction rolled back. Before, the dead connection stayed
+/// with the silent client (the pool's only one here: the next client waited for it), and
+/// the client learnt of it at its next statement, as 08006.
+#[test]
+fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
+    use protocol::frontend;
+    let pg = Postgres::start();
+    pg.query_value("create table idle_tx (x int)");
+    pg.query_value("create role idler login");
+    pg.query_value("grant all on idle_tx to idler");
+    pg.query_value("alter role idler set idle_in_transaction_session_timeout = '300ms'");
+    let rw = start(&pg, "1", "1");
+    let direct = format!("127.0.0.1:{}", pg.port);
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            "postgres",
+            &[
+                "begin",
+                "set idle_in_transaction_session_timeout = '300ms'",
+                "insert into idle_tx values (1)",
+            ],
+        ),
+        (
+            "postgres",
+            &[
+                "set idle_in_transaction_session_timeout = 300",
+                "begin",
+                "insert into idle_tx values (2)",
+                "select 1/0",
+            ],
+        ),
+        ("idler", &["begin", "insert into idle_tx values (3)"]),
+    ];
+    let mut transcripts = Vec::new();
+    for addr in [direct.as_str(), rw.addr().as_str()] {
+        let mut transcript = Vec::new();
+        for (user, script) in cases {
+            let mut a = raw_login_as(addr, user);
+            for sql in script {
+                let mut q = Vec::new();
+                frontend::encode_query(&mut q, sql);
+                transcript.extend(raw_exchange(&mut a, &q, 1));
+            }
+            // A says nothing more; B's statement needs the one upstream connection.
+            let started = Instant::now();
+            let mut b = raw_login_as(addr, "postgres");
+            let mut q = Vec::new();
+            frontend::encode_query(&mut q, "select count(*) from idle_tx");
+            let b_got = raw_exchange(&mut b, &q, 1);
+            assert_eq!(
+                b_got.iter().filter_map(|g| g.1.clone()).collect::<Vec<_>>(),
+                ["0"],
+                "{addr}: B sees no row of A's"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{addr}: B waited {:?} for A's connection",
+                started.elapsed()
+            );
+            transcript.extend(raw_read_to_end(&mut a));
+        }
+        transcripts.push(transcript);
+    }
+    let fatals = transcripts[0]
+        .iter()
+        .filter(|(tag, _)| *tag == b'E')
+        .count();
+    assert_eq!(fatals, 4, "PostgreSQL: {:?}", transcripts[0]);
+    assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
+}
+
+/// The SQLSTATEs and first values in a [`raw_exchange`] transcript.
+fn values(transcript: &[(u8, Option<String>)]) -> Vec<String> {
+    transcript.iter().filter_map(|g| g.1.clone()).collect()
+}
+
+/// `--upstream-idle-transaction-timeout-secs` (PgBouncer's `idle_transaction_timeout`): a
+/// client that holds the upstream connection with work open — a transaction block, or
+/// extended-protocol messages no Sync closed — and says nothing for that long gets FATAL
+/// 25P03 and is disconnected, its work rolled back, and the client waiting for the pool's
+/// only connection gets it. A session pinned outside a transaction (LISTEN) and an idle
+/// autocommit client are not cut.
+#[test]
+fn the_idle_transaction_limit_frees_a_held_connection() {
+    use protocol::frontend;
+    let pg = Postgres::start();
+    pg.query_value("create table held (x int)");
+    let rw = start_with(
+        &pg,
+        "1",
+        "1",
+        &["--upstream-idle-transaction-timeout-secs", "1"],
+    );
+    let addr = rw.addr();
+    let query = |sql: &str| {
+        let mut q = Vec::new();
+        frontend::encode_query(&mut q, sql);
+        q
+    };
+    let mut listener = raw_login_at(&addr);
+    raw_exchange(&mut listener, &query("listen ch"), 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        values(&raw_exchange(&mut listener, &query("select 1"), 1)),
+        ["1"]
+    );
+    drop(listener);
+    let mut unsynced = Vec::new();
+    frontend::encode_parse(&mut unsynced, "", "insert into held values (2)", &[]);
+    frontend::encode_bind(&mut unsynced, "", "", &[], &[], &[]);
+    frontend::encode_execute(&mut unsynced, "", 0);
+    frontend::encode_empty(&mut unsynced, b'H');
+    let held = [
+        (
+            "a transaction",
+            query("begin; insert into held values (1)"),
+            b'Z',
+        ),
+        ("an unsynced portal", unsynced, b'C'),
+    ];
+    for (what, bytes, last) in held {
+        let mut a = raw_login_at(&addr);
+        raw_exchange_until(&mut a, &bytes, last, 1);
+        let started = Instant::now();
+        let mut b = raw_login_at(&addr);
+        let got = raw_exchange(&mut b, &query("select count(*) from held"), 1);
+        let waited = started.elapsed();
+        assert_eq!(values(&got), ["0"], "{what}: B sees none of A's rows");
+        assert!(
+            waited >= Duration::from_millis(800) && waited < Duration::from_secs(5),
+            "{what}: B waited {waited:?}"
+        );
+        assert_eq!(
+            raw_read_to_end(&mut a),
+            [(
+                b'E',
+                Some("25P03 terminating connection due to idle-in-transaction timeout".into())
+            )],
+            "{what}"
+        );
+        // B, idle outside a transaction past the limit, goes on.
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(values(&raw_exchange(&mut b, &query("select 2"), 1)), ["2"]);
+    }
 }
 
 /// Extended-protocol messages up to a Flush, with the Execute (and Sync) to come, leave the

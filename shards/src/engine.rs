@@ -231,7 +231,9 @@ pub trait Engine: 'static {
 
     /// The session's `statement_timeout` and `idle_in_transaction_session_timeout`, read
     /// before every statement and every wait for the client inside a transaction: keep it a
-    /// field read. The default is no limits.
+    /// field read. The default is no limits. In relay mode only `idle_in_transaction_ms` is
+    /// read, before every wait for the client whatever the transaction state: the engine
+    /// answers 0 where the session may idle.
     fn timeouts(&self, _session: &Self::Session) -> crate::limits::Timeouts {
         crate::limits::Timeouts::default()
     }
@@ -312,6 +314,21 @@ pub trait Engine: 'static {
     ) -> Result<(), PgError> {
         let _ = (session, frames, cancel, out, client);
         unreachable!("relay is only called for engines whose relays() is true")
+    }
+
+    /// Relay mode only: raced against the client's next bytes each time the connection waits
+    /// for them (and dropped when they come first, so it must be cancel safe). An engine
+    /// whose session holds an upstream connection between batches passes on what the server
+    /// sends unasked meanwhile (notifications, notices, parameter changes): it appends them to
+    /// `out` and returns Ok, and the connection writes them to the client and waits again.
+    /// `Err` ends the connection with that FATAL. The default never completes.
+    async fn relay_idle(
+        &self,
+        session: &mut Self::Session,
+        out: &mut Vec<u8>,
+    ) -> Result<(), PgError> {
+        let _ = (session, out);
+        std::future::pending().await
     }
 }
 

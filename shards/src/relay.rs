@@ -7,7 +7,15 @@
 //!
 //! Batching per read keeps the protocol's pipelining: a client that sends Parse/Bind/Execute/
 //! Sync in one write costs one upstream write and one reply write.
+//!
+//! While it waits for the client, the loop also lets the engine pass on what the upstream
+//! sends unasked ([`Engine::relay_idle`]: notifications, notices), and ends a client that
+//! holds upstream work open and stays silent past the engine's idle limit
+//! ([`Engine::timeouts`]) with FATAL 25P03, as in the embedded mode.
 
+use std::time::{Duration, Instant};
+
+use futures_lite::future::or;
 use futures_lite::{AsyncRead, AsyncWrite};
 use protocol::frontend;
 use protocol::wire::{frame_bytes_needed, split_frame};
@@ -15,6 +23,7 @@ use protocol::{PgError, Severity, SqlState};
 
 use crate::conn::{flush, Conn, End, ReadBuf, FLUSH_BYTES};
 use crate::engine::Engine;
+use crate::limits;
 
 pub(crate) async fn run<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     mut conn: Conn<E>,
@@ -95,12 +104,51 @@ async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         }
         rbuf.shrink_if_idle();
         let want = frame_bytes_needed(rbuf.data()).unwrap_or(5);
-        match rbuf.fill(stream, want).await {
-            Ok(true) => {}
-            Ok(false) => return End::ClientClosed,
-            Err(e) => return End::Io(e),
+        let shard = conn.shard.clone();
+        let limit_ms = shard.engine.timeouts(&conn.session).idle_in_transaction_ms;
+        let deadline = (limit_ms > 0)
+            .then(|| Instant::now().checked_add(Duration::from_millis(limit_ms)))
+            .flatten();
+        loop {
+            // The client's bytes first, then what the upstream sent unasked, then the limit.
+            let client = async { Wake::Client(rbuf.fill(stream, want).await) };
+            let upstream = async {
+                let session = &mut conn.session;
+                Wake::Upstream(shard.engine.relay_idle(session, &mut out).await)
+            };
+            let limit = async {
+                match deadline {
+                    Some(at) => {
+                        crate::time::sleep(at.saturating_duration_since(Instant::now())).await
+                    }
+                    None => std::future::pending().await,
+                }
+                Wake::IdleTooLong
+            };
+            match or(client, or(upstream, limit)).await {
+                Wake::Client(Ok(true)) => break,
+                Wake::Client(Ok(false)) => return End::ClientClosed,
+                Wake::Client(Err(e)) => return End::Io(e),
+                Wake::Upstream(Ok(())) => {
+                    if let Err(e) = flush(stream, &mut out).await {
+                        return End::Io(e);
+                    }
+                }
+                Wake::Upstream(Err(e)) => return fatal_end(stream, &mut out, e).await,
+                Wake::IdleTooLong => {
+                    let e = limits::idle_in_transaction_timeout();
+                    return fatal_end(stream, &mut out, e).await;
+                }
+            }
         }
     }
+}
+
+/// What ended a wait for the client.
+enum Wake {
+    Client(std::io::Result<bool>),
+    Upstream(Result<(), PgError>),
+    IdleTooLong,
 }
 
 async fn fatal_end<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>, e: PgError) -> End {

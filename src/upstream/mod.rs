@@ -76,24 +76,29 @@ pub struct UpstreamConfig {
 /// `check_timeout` is replaced without the client seeing it; one idle `idle_timeout` is
 /// closed (zero: never). A client that waits `wait_timeout` for a connection (its key's pool
 /// or the host's cap is full) gets 53300 instead (PgBouncer's `query_wait_timeout`; zero:
-/// it waits as long as it takes).
+/// it waits as long as it takes). A client that holds a connection with work open (a
+/// transaction, extended-protocol messages no Sync closed, a COPY) and sends nothing for
+/// `idle_transaction_timeout` is disconnected with FATAL 25P03 and the connection goes back
+/// (PgBouncer's `idle_transaction_timeout`; zero: never; see `Session::idle_limit_ms`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolTimers {
     pub check_delay: Duration,
     pub check_timeout: Duration,
     pub idle_timeout: Duration,
     pub wait_timeout: Duration,
+    pub idle_transaction_timeout: Duration,
 }
 
 impl Default for PoolTimers {
-    /// PgBouncer's defaults for the delay (30 s), the idle timeout (10 min) and the wait
-    /// timeout (2 min).
+    /// PgBouncer's defaults for the delay (30 s), the idle timeout (10 min), the wait
+    /// timeout (2 min) and the idle-transaction timeout (none).
     fn default() -> Self {
         PoolTimers {
             check_delay: Duration::from_secs(30),
             check_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(600),
             wait_timeout: Duration::from_secs(120),
+            idle_transaction_timeout: Duration::ZERO,
         }
     }
 }
@@ -509,6 +514,20 @@ impl Engine for Upstream {
 
     fn relays(&self) -> bool {
         true
+    }
+
+    /// Statement timeouts are the upstream server's (the SET is relayed); the idle limit is
+    /// `--upstream-idle-transaction-timeout-secs` while the session holds open work
+    /// (`Session::idle_limit_ms`).
+    fn timeouts(&self, session: &Session) -> shards::limits::Timeouts {
+        shards::limits::Timeouts {
+            statement_ms: 0,
+            idle_in_transaction_ms: session.idle_limit_ms(),
+        }
+    }
+
+    async fn relay_idle(&self, session: &mut Session, out: &mut Vec<u8>) -> Result<(), PgError> {
+        session.relay_idle(out).await
     }
 
     async fn relay(

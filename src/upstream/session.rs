@@ -267,6 +267,9 @@ pub struct Session {
     copy_in: bool,
     /// A reply made here was an error: drop client messages until Sync, as the server would.
     skip_until_sync: bool,
+    /// The held connection sent something while the client was idle that `relay_idle` leaves
+    /// for the next batch (a FATAL, end of stream): stop reading it until then.
+    idle_watch_off: bool,
     /// Extended-protocol messages were relayed that no Sync (or Query) has closed yet, e.g.
     /// Parse/Bind/Flush with the Execute to come: the server holds their implicit
     /// transaction and unnamed portal, so the connection stays with this client until then.
@@ -384,6 +387,20 @@ fn valid_custom_name(name: &str) -> bool {
     name.contains('.') && name.split('.').all(part_ok)
 }
 
+/// The FATAL an upstream backend sends when `idle_in_transaction_session_timeout` ends its
+/// session, as the error the client gets (`Session::relay_idle`); None for any other message.
+fn idle_timeout_error(raw: &[u8]) -> Option<PgError> {
+    let frame = split_frame(raw, usize::MAX).ok()??.0;
+    match protocol::backend::BackendMessage::parse(frame) {
+        Ok(protocol::backend::BackendMessage::ErrorResponse(fields))
+            if fields.code().as_bytes() == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT.0 =>
+        {
+            Some(fields.to_pg_error())
+        }
+        _ => None,
+    }
+}
+
 fn lost(why: &str) -> PgError {
     PgError::new(
         SqlState::CONNECTION_FAILURE,
@@ -492,6 +509,7 @@ impl Session {
             copy_in: false,
             skip_until_sync: false,
             unsynced: false,
+            idle_watch_off: false,
             to_send: Vec::new(),
             wrote: false,
             predicted_open: false,
@@ -840,6 +858,7 @@ impl Session {
         out: &mut Vec<u8>,
         client: &mut (dyn AsyncWrite + Unpin),
     ) -> Result<(), PgError> {
+        self.idle_watch_off = false;
         let mut rest = frames;
         loop {
             let used = self.relay_part(rest, cancel, out, client).await?;
@@ -1189,6 +1208,104 @@ impl Session {
             && !self.unsynced
             && self.expect.is_empty()
             && self.pending_sets.is_empty()
+    }
+
+    /// How long the client may stay silent while it holds its connection with work open, in
+    /// milliseconds (0: no limit): `--upstream-idle-transaction-timeout-secs` (PgBouncer's
+    /// `idle_transaction_timeout`) for a transaction block, extended-protocol messages no Sync
+    /// closed, or a COPY; past it the connection loop ends the session with FATAL 25P03 and
+    /// `close` rolls the work back. A session pinned outside a transaction is not limited.
+    /// (The client's own `idle_in_transaction_session_timeout` is the upstream backend's to
+    /// enforce, as for any setting; its FATAL reaches the client through `relay_idle`.)
+    pub fn idle_limit_ms(&self) -> u64 {
+        let open = self.tx != b'I' || self.unsynced || self.copy_in || self.skip_until_sync;
+        if self.server.is_none() || !open {
+            return 0;
+        }
+        let limit = self
+            .shard
+            .config
+            .timers
+            .idle_transaction_timeout
+            .as_millis();
+        u64::try_from(limit).unwrap_or(u64::MAX)
+    }
+
+    /// See [`shards::engine::Engine::relay_idle`]. While the client is idle and holds its
+    /// connection whole between batches (a LISTEN or other pinned state, a transaction), read
+    /// what PostgreSQL sends that session unasked and pass it on at once, as PostgreSQL
+    /// would: notifications (`NOTIFY` to a channel the client listens on: before, they
+    /// reached it only with the reply to its next statement, so a client waiting for one,
+    /// psycopg's `notifies()`, node-postgres' `notification` event, waited forever), notices,
+    /// and parameter changes it was shown. Returns once something was appended to `out`.
+    ///
+    /// A FATAL 25P03 — the backend's `idle_in_transaction_session_timeout`, the client's own
+    /// setting or the server's (postgresql.conf, ALTER ROLE) — ends the client's session with
+    /// that error, as PostgreSQL ends it; before, the client found out at its next statement
+    /// (08006) and the dead connection counted against the pool until then. Any other end of
+    /// the connection (another FATAL, end of stream) is left for the next batch, which
+    /// reports it as every lost connection is reported (08006, the client stays connected).
+    ///
+    /// Cancel safe: it only reads into the connection's reply buffer (both socket paths keep
+    /// no read in flight in the future), and a message is consumed only once it is in `out`.
+    pub async fn relay_idle(&mut self, out: &mut Vec<u8>) -> Result<(), PgError> {
+        loop {
+            let watched = !self.idle_watch_off
+                && self.expect.is_empty()
+                && !self.copy_in
+                && self
+                    .server
+                    .as_ref()
+                    .is_some_and(|s| matches!(s.link, Link::Own(_)));
+            if !watched {
+                return std::future::pending().await;
+            }
+            let server = self.server.as_mut().expect("watched");
+            loop {
+                let (tag, len) = match server.buf.frame() {
+                    Ok(Some((frame, len))) => (frame.tag, len),
+                    Ok(None) => break,
+                    Err(_) => {
+                        self.idle_watch_off = true;
+                        break;
+                    }
+                };
+                let raw = &server.buf.data()[..len];
+                match tag {
+                    b'A' | b'N' => out.extend_from_slice(raw),
+                    b'S' => {
+                        if news(&mut self.shown, raw) {
+                            out.extend_from_slice(raw);
+                        }
+                    }
+                    b'E' if is_fatal(raw) => {
+                        if let Some(e) = idle_timeout_error(raw) {
+                            log::info!("upstream connection {}: {}", server.process_id, e.message);
+                            self.server = None;
+                            return Err(e);
+                        }
+                        self.idle_watch_off = true;
+                        break;
+                    }
+                    _ => {
+                        // Left for the next batch to read and report.
+                        self.idle_watch_off = true;
+                        break;
+                    }
+                }
+                server.buf.consume(len);
+            }
+            if !out.is_empty() {
+                return Ok(());
+            }
+            if self.idle_watch_off {
+                continue;
+            }
+            if self.server.as_mut().expect("watched").fill().await.is_err() {
+                // The end of stream is for the next batch to find.
+                self.idle_watch_off = true;
+            }
+        }
     }
 
     /// Whether this batch may share a pipelined connection with other clients' units, and
