@@ -1414,8 +1414,9 @@ fn raw_read_to_end(stream: &mut std::net::TcpStream) -> Vec<(u8, Option<String>)
 /// `idle_in_transaction_session_timeout` is the upstream backend's to enforce, and the client
 /// gets what PostgreSQL sends it: FATAL 25P03, then the end of the connection, at the moment
 /// the timeout fires — whether the client set it (also inside the transaction; also for a
-/// failed one) or the server's configuration did (ALTER ROLE). The connection serves the
-/// next client at once, its transaction rolled back. Before, the dead connection stayed
+/// failed one) or the server's configuration did (ALTER ROLE); likewise `idle_session_timeout`
+/// (57P05) for a session pinned to its connection. The connection serves the next client at
+/// once, its transaction rolled back. Before, the dead connection stayed
 /// with the silent client (the pool's only one here: the next client waited for it), and
 /// the client learnt of it at its next statement, as 08006.
 #[test]
@@ -1428,7 +1429,7 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
     pg.query_value("alter role idler set idle_in_transaction_session_timeout = '300ms'");
     let rw = start(&pg, "1", "1");
     let direct = format!("127.0.0.1:{}", pg.port);
-    let cases: [(&str, &[&str]); 3] = [
+    let cases: [(&str, &[&str]); 4] = [
         (
             "postgres",
             &[
@@ -1447,6 +1448,11 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
             ],
         ),
         ("idler", &["begin", "insert into idle_tx values (3)"]),
+        // Pinned outside a transaction: idle_session_timeout, 57P05.
+        (
+            "postgres",
+            &["listen x", "set idle_session_timeout = '300ms'"],
+        ),
     ];
     let mut transcripts = Vec::new();
     for addr in [direct.as_str(), rw.addr().as_str()] {
@@ -1482,7 +1488,7 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
         .iter()
         .filter(|(tag, _)| *tag == b'E')
         .count();
-    assert_eq!(fatals, 4, "PostgreSQL: {:?}", transcripts[0]);
+    assert_eq!(fatals, 5, "PostgreSQL: {:?}", transcripts[0]);
     assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
 }
 

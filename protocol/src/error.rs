@@ -52,6 +52,7 @@ impl SqlState {
     pub const QUERY_CANCELED: SqlState = SqlState(*b"57014");
     pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: SqlState = SqlState(*b"25P03");
     pub const ADMIN_SHUTDOWN: SqlState = SqlState(*b"57P01");
+    pub const IDLE_SESSION_TIMEOUT: SqlState = SqlState(*b"57P05");
     pub const TOO_MANY_CONNECTIONS: SqlState = SqlState(*b"53300");
     pub const OUT_OF_MEMORY: SqlState = SqlState(*b"53200");
     pub const PROGRAM_LIMIT_EXCEEDED: SqlState = SqlState(*b"54000");

@@ -387,18 +387,25 @@ fn valid_custom_name(name: &str) -> bool {
     name.contains('.') && name.split('.').all(part_ok)
 }
 
-/// The FATAL an upstream backend sends when `idle_in_transaction_session_timeout` ends its
-/// session, as the error the client gets (`Session::relay_idle`); None for any other message.
+/// The FATAL an upstream backend sends when `idle_in_transaction_session_timeout` or
+/// `idle_session_timeout` ends its session, as the error the client gets
+/// (`Session::relay_idle`); None for any other message.
 fn idle_timeout_error(raw: &[u8]) -> Option<PgError> {
     let frame = split_frame(raw, usize::MAX).ok()??.0;
-    match protocol::backend::BackendMessage::parse(frame) {
-        Ok(protocol::backend::BackendMessage::ErrorResponse(fields))
-            if fields.code().as_bytes() == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT.0 =>
-        {
-            Some(fields.to_pg_error())
-        }
-        _ => None,
-    }
+    let Ok(protocol::backend::BackendMessage::ErrorResponse(fields)) =
+        protocol::backend::BackendMessage::parse(frame)
+    else {
+        return None;
+    };
+    let code = fields.code().as_bytes();
+    let timeouts = [
+        SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+        SqlState::IDLE_SESSION_TIMEOUT,
+    ];
+    timeouts
+        .iter()
+        .any(|t| t.0 == code)
+        .then(|| fields.to_pg_error())
 }
 
 fn lost(why: &str) -> PgError {
@@ -1239,10 +1246,13 @@ impl Session {
     /// psycopg's `notifies()`, node-postgres' `notification` event, waited forever), notices,
     /// and parameter changes it was shown. Returns once something was appended to `out`.
     ///
-    /// A FATAL 25P03 — the backend's `idle_in_transaction_session_timeout`, the client's own
-    /// setting or the server's (postgresql.conf, ALTER ROLE) — ends the client's session with
-    /// that error, as PostgreSQL ends it; before, the client found out at its next statement
-    /// (08006) and the dead connection counted against the pool until then. Any other end of
+    /// A FATAL 25P03 or 57P05 — the backend's `idle_in_transaction_session_timeout` or (in a
+    /// pinned session, the only one held outside a transaction) `idle_session_timeout`, the
+    /// client's own setting or the server's (postgresql.conf, ALTER ROLE) — ends the client's
+    /// session with that error, as PostgreSQL ends it; before, the client found out at its
+    /// next statement (08006) and the dead connection counted against the pool until then.
+    /// Both timers measure the backend's idleness, which is the client's here: nothing else
+    /// runs on a connection held whole. Any other end of
     /// the connection (another FATAL, end of stream) is left for the next batch, which
     /// reports it as every lost connection is reported (08006, the client stays connected).
     ///
