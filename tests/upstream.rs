@@ -1426,7 +1426,9 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
     pg.query_value("create table idle_tx (x int)");
     pg.query_value("create role idler login");
     pg.query_value("grant all on idle_tx to idler");
-    pg.query_value("alter role idler set idle_in_transaction_session_timeout = '300ms'");
+    // (Timeouts of 1 s: long enough that the pauses between A's statements never reach them
+    // on a loaded machine.)
+    pg.query_value("alter role idler set idle_in_transaction_session_timeout = '1s'");
     let rw = start(&pg, "1", "1");
     let direct = format!("127.0.0.1:{}", pg.port);
     let cases: [(&str, &[&str]); 4] = [
@@ -1434,14 +1436,14 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
             "postgres",
             &[
                 "begin",
-                "set idle_in_transaction_session_timeout = '300ms'",
+                "set idle_in_transaction_session_timeout = '1s'",
                 "insert into idle_tx values (1)",
             ],
         ),
         (
             "postgres",
             &[
-                "set idle_in_transaction_session_timeout = 300",
+                "set idle_in_transaction_session_timeout = 1000",
                 "begin",
                 "insert into idle_tx values (2)",
                 "select 1/0",
@@ -1449,10 +1451,7 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
         ),
         ("idler", &["begin", "insert into idle_tx values (3)"]),
         // Pinned outside a transaction: idle_session_timeout, 57P05.
-        (
-            "postgres",
-            &["listen x", "set idle_session_timeout = '300ms'"],
-        ),
+        ("postgres", &["listen x", "set idle_session_timeout = '1s'"]),
     ];
     let mut transcripts = Vec::new();
     for addr in [direct.as_str(), rw.addr().as_str()] {
@@ -1464,9 +1463,10 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
                 frontend::encode_query(&mut q, sql);
                 transcript.extend(raw_exchange(&mut a, &q, 1));
             }
-            // A says nothing more; B's statement needs the one upstream connection.
+            // A says nothing more; B's statement (as the same user) needs A's connection, the
+            // only one its pool may open.
             let started = Instant::now();
-            let mut b = raw_login_as(addr, "postgres");
+            let mut b = raw_login_as(addr, user);
             let mut q = Vec::new();
             frontend::encode_query(&mut q, "select count(*) from idle_tx");
             let b_got = raw_exchange(&mut b, &q, 1);
@@ -1550,7 +1550,7 @@ fn the_idle_transaction_limit_frees_a_held_connection() {
         let waited = started.elapsed();
         assert_eq!(values(&got), ["0"], "{what}: B sees none of A's rows");
         assert!(
-            waited >= Duration::from_millis(800) && waited < Duration::from_secs(5),
+            waited >= Duration::from_millis(600) && waited < Duration::from_secs(5),
             "{what}: B waited {waited:?}"
         );
         assert_eq!(

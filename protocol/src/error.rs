@@ -51,6 +51,8 @@ impl SqlState {
     pub const NOT_NULL_VIOLATION: SqlState = SqlState(*b"23502");
     pub const QUERY_CANCELED: SqlState = SqlState(*b"57014");
     pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: SqlState = SqlState(*b"25P03");
+    /// PostgreSQL 17's `transaction_timeout`.
+    pub const TRANSACTION_TIMEOUT: SqlState = SqlState(*b"25P04");
     pub const ADMIN_SHUTDOWN: SqlState = SqlState(*b"57P01");
     pub const IDLE_SESSION_TIMEOUT: SqlState = SqlState(*b"57P05");
     pub const TOO_MANY_CONNECTIONS: SqlState = SqlState(*b"53300");

@@ -78,8 +78,10 @@ pub struct UpstreamConfig {
 /// or the host's cap is full) gets 53300 instead (PgBouncer's `query_wait_timeout`; zero:
 /// it waits as long as it takes). A client that holds a connection with work open (a
 /// transaction, extended-protocol messages no Sync closed, a COPY) and sends nothing for
-/// `idle_transaction_timeout` is disconnected with FATAL 25P03 and the connection goes back
-/// (PgBouncer's `idle_transaction_timeout`; zero: never; see `Session::idle_limit_ms`).
+/// `idle_transaction_timeout` is disconnected with FATAL 25P03 and its work rolled back: a
+/// transaction by ROLLBACK, after which the connection goes back to the pool, anything else
+/// by closing the connection (PgBouncer's `idle_transaction_timeout`; zero: never; see
+/// `Session::idle_limit_ms`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolTimers {
     pub check_delay: Duration,

@@ -387,9 +387,9 @@ fn valid_custom_name(name: &str) -> bool {
     name.contains('.') && name.split('.').all(part_ok)
 }
 
-/// The FATAL an upstream backend sends when `idle_in_transaction_session_timeout` or
-/// `idle_session_timeout` ends its session, as the error the client gets
-/// (`Session::relay_idle`); None for any other message.
+/// The FATAL an upstream backend sends when `idle_in_transaction_session_timeout`,
+/// `idle_session_timeout` or (PostgreSQL 17+) `transaction_timeout` ends its session, as the
+/// error the client gets (`Session::relay_idle`); None for any other message.
 fn idle_timeout_error(raw: &[u8]) -> Option<PgError> {
     let frame = split_frame(raw, usize::MAX).ok()??.0;
     let Ok(protocol::backend::BackendMessage::ErrorResponse(fields)) =
@@ -401,6 +401,7 @@ fn idle_timeout_error(raw: &[u8]) -> Option<PgError> {
     let timeouts = [
         SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
         SqlState::IDLE_SESSION_TIMEOUT,
+        SqlState::TRANSACTION_TIMEOUT,
     ];
     timeouts
         .iter()
@@ -817,36 +818,35 @@ impl Session {
             self.shard.release(server);
         } else if clean && !self.pinned && matches!(server.link, Link::Own(_)) {
             let shard = self.shard.clone();
+            // Bounded like a health check: a backend that does not answer (hung, host gone
+            // without a FIN) must not keep the slot; closing the connection rolls back too.
+            let limit = shard.config.timers.check_timeout;
             glommio::spawn_local(async move {
-                let mut q = Vec::new();
-                frontend::encode_query(&mut q, "ROLLBACK");
-                if server.send(&q).await.is_err() {
-                    return;
-                }
-                loop {
-                    let frame = match server.buf.frame() {
-                        Ok(Some((frame, len))) => {
-                            Some((frame.tag, frame.body.first().copied(), len))
-                        }
-                        Ok(None) => None,
-                        Err(_) => return,
-                    };
-                    match frame {
-                        Some((tag, status, len)) => {
-                            server.buf.consume(len);
-                            if tag == b'Z' {
-                                if status == Some(b'I') {
-                                    shard.release(server);
-                                }
-                                return;
-                            }
-                        }
-                        None => {
-                            if server.fill().await.is_err() {
-                                return;
-                            }
+                let rolled_back = super::replica::with_timeout("ROLLBACK", limit, async {
+                    let mut q = Vec::new();
+                    frontend::encode_query(&mut q, "ROLLBACK");
+                    server.send(&q).await.map_err(|e| e.to_string())?;
+                    loop {
+                        let frame = server.buf.frame().map_err(|e| e.to_string())?;
+                        let Some((frame, len)) = frame else {
+                            server.fill().await.map_err(|e| e.to_string())?;
+                            continue;
+                        };
+                        let (tag, status) = (frame.tag, frame.body.first().copied());
+                        server.buf.consume(len);
+                        if tag == b'Z' {
+                            return Ok(status == Some(b'I'));
                         }
                     }
+                })
+                .await;
+                match rolled_back {
+                    Ok(true) => shard.release(server),
+                    Ok(false) => {}
+                    Err(why) => log::warn!(
+                        "upstream connection {} closed after its client left: {why}",
+                        server.process_id
+                    ),
                 }
             })
             .detach();
@@ -1246,13 +1246,14 @@ impl Session {
     /// psycopg's `notifies()`, node-postgres' `notification` event, waited forever), notices,
     /// and parameter changes it was shown. Returns once something was appended to `out`.
     ///
-    /// A FATAL 25P03 or 57P05 — the backend's `idle_in_transaction_session_timeout` or (in a
-    /// pinned session, the only one held outside a transaction) `idle_session_timeout`, the
-    /// client's own setting or the server's (postgresql.conf, ALTER ROLE) — ends the client's
-    /// session with that error, as PostgreSQL ends it; before, the client found out at its
-    /// next statement (08006) and the dead connection counted against the pool until then.
-    /// Both timers measure the backend's idleness, which is the client's here: nothing else
-    /// runs on a connection held whole. Any other end of
+    /// A FATAL 25P03, 57P05 or 25P04 — the backend's `idle_in_transaction_session_timeout`,
+    /// `idle_session_timeout` (armed only after a ReadyForQuery `I`: of the sessions held
+    /// between batches, a pinned one) or `transaction_timeout` (PostgreSQL 17+), the client's
+    /// own setting or the server's (postgresql.conf, ALTER ROLE) — ends the client's session
+    /// with that error, as PostgreSQL ends it; before, the client found out at its next
+    /// statement (08006) and the dead connection counted against the pool until then. These
+    /// timers measure the backend's idleness or transaction, which are the client's here:
+    /// nothing else runs on a connection held whole. Any other end of
     /// the connection (another FATAL, end of stream) is left for the next batch, which
     /// reports it as every lost connection is reported (08006, the client stays connected).
     ///
