@@ -183,8 +183,9 @@ struct Cli {
     /// transaction, extended-protocol messages no Sync closed yet, a COPY) and sends nothing
     /// for this long is disconnected with FATAL 25P03, as PostgreSQL's
     /// `idle_in_transaction_session_timeout` does, and its work is rolled back, so the
-    /// connection serves others again (PgBouncer's `idle_transaction_timeout`). A client's
-    /// own `idle_in_transaction_session_timeout` is kept too, whichever is shorter. 0: none.
+    /// connection serves others again (PgBouncer's `idle_transaction_timeout`). With or
+    /// without it, an `idle_in_transaction_session_timeout` the client or the server set ends
+    /// the session as in PostgreSQL. 0: none.
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     upstream_idle_transaction_timeout_secs: u64,
 
