@@ -1470,11 +1470,7 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
             let mut q = Vec::new();
             frontend::encode_query(&mut q, "select count(*) from idle_tx");
             let b_got = raw_exchange(&mut b, &q, 1);
-            assert_eq!(
-                b_got.iter().filter_map(|g| g.1.clone()).collect::<Vec<_>>(),
-                ["0"],
-                "{addr}: B sees no row of A's"
-            );
+            assert_eq!(values(&b_got), ["0"], "{addr}: B sees no row of A's");
             assert!(
                 started.elapsed() < Duration::from_secs(5),
                 "{addr}: B waited {:?} for A's connection",
@@ -1615,11 +1611,8 @@ fn a_portal_read_across_flushes_keeps_its_connection_until_sync() {
         }
         transcript.extend(raw_exchange(&mut a, &rest, 1));
         let b_got = raw_exchange(&mut b, &[], 1);
-        assert_eq!(
-            b_got.iter().filter_map(|g| g.1.clone()).collect::<Vec<_>>(),
-            ["b"]
-        );
-        let rows: Vec<_> = transcript.iter().filter_map(|g| g.1.clone()).collect();
+        assert_eq!(values(&b_got), ["b"]);
+        let rows = values(&transcript);
         assert_eq!(rows, ["1", "2", "3"], "{addr}: {transcript:?}");
         // A Query in between ends the implicit transaction and its portal, also one that
         // ringwire answers itself (SQL DEALLOCATE of a protocol-level statement).
@@ -1648,11 +1641,7 @@ fn a_portal_read_across_flushes_keeps_its_connection_until_sync() {
         let mut probe = Vec::new();
         frontend::encode_query(&mut probe, "select count(*) from left_behind");
         let got = raw_exchange(&mut d, &probe, 1);
-        assert_eq!(
-            got.iter().filter_map(|g| g.1.clone()).collect::<Vec<_>>(),
-            ["0"],
-            "{addr}"
-        );
+        assert_eq!(values(&got), ["0"], "{addr}");
     }
     assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
 }

@@ -812,8 +812,7 @@ impl Session {
         };
         // A server skipping messages until a Sync the client never sent is not clean either,
         // nor one holding extended-protocol work that no Sync closed (a Sync would commit it).
-        let clean =
-            self.expect.is_empty() && !self.copy_in && !self.skip_until_sync && !self.unsynced;
+        let clean = self.settled();
         if clean && self.tx == b'I' && !self.pinned {
             self.shard.release(server);
         } else if clean && !self.pinned && matches!(server.link, Link::Own(_)) {
@@ -992,11 +991,7 @@ impl Session {
                 self.statements = saved;
             }
             if let Some(server) = self.server.take() {
-                if self.expect.is_empty()
-                    && self.tx == b'I'
-                    && !self.skip_until_sync
-                    && !self.unsynced
-                {
+                if self.settled() && self.tx == b'I' {
                     self.give_back(server);
                 }
             }
@@ -1034,11 +1029,7 @@ impl Session {
         // After an extended-protocol error with no Sync sent yet, the server skips everything
         // until this client's Sync: the connection stays with this client until then (given
         // back, another client's statements would be skipped).
-        let finished = self.expect.is_empty()
-            && !self.copy_in
-            && !self.skip_until_sync
-            && !self.unsynced
-            && self.tx == b'I';
+        let finished = self.settled() && self.tx == b'I';
         if finished && !self.pinned {
             if let Some(server) = self.server.take() {
                 self.give_back(server);
@@ -1205,16 +1196,17 @@ impl Session {
         self.shard.release(server);
     }
 
+    /// No reply awaited, no COPY, no error skipping to a Sync, no extended-protocol work a
+    /// Sync has yet to close: with ReadyForQuery `I` as well, nothing of the client's is open
+    /// on its connection.
+    fn settled(&self) -> bool {
+        self.expect.is_empty() && !self.copy_in && !self.skip_until_sync && !self.unsynced
+    }
+
     /// No transaction, nothing pinned, no COPY, nothing skipped, awaited or pending: a batch
     /// that starts now may go to a connection other than the session's own (a replica, a pipe).
     fn idle_and_unpinned(&self) -> bool {
-        self.tx == b'I'
-            && !self.pinned
-            && !self.copy_in
-            && !self.skip_until_sync
-            && !self.unsynced
-            && self.expect.is_empty()
-            && self.pending_sets.is_empty()
+        self.tx == b'I' && !self.pinned && self.settled() && self.pending_sets.is_empty()
     }
 
     /// How long the client may stay silent while it holds its connection with work open, in
