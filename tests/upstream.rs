@@ -1488,6 +1488,53 @@ fn an_idle_transaction_timeout_ends_the_session_as_postgres_ends_it() {
     assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
 }
 
+/// A session pinned to its upstream connection (here by LISTEN) ends when that connection's
+/// backend is terminated, as a PostgreSQL session does, with the server's FATAL: whether it
+/// was idle or mid-statement. What it pinned cannot be rebuilt on another connection; before,
+/// the client got 08006 once and went on without it (a LISTEN gone, so its notifications
+/// never came). An unpinned client's transaction still fails with 08006 and the client goes
+/// on (`an_upstream_connection_killed_mid_transaction_fails_with_08006_and_the_client_goes_on`).
+#[test]
+fn a_pinned_session_ends_with_its_upstream_connection() {
+    use protocol::frontend;
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "2");
+    let direct = format!("127.0.0.1:{}", pg.port);
+    let query = |sql: &str| {
+        let mut q = Vec::new();
+        frontend::encode_query(&mut q, sql);
+        q
+    };
+    let mut transcripts = Vec::new();
+    for addr in [direct.as_str(), rw.addr().as_str()] {
+        let mut transcript = Vec::new();
+        for mid_statement in [false, true] {
+            let mut a = raw_login_at(addr);
+            transcript.extend(raw_exchange(&mut a, &query("listen x"), 1));
+            let pid = values(&raw_exchange(&mut a, &query("select pg_backend_pid()"), 1));
+            if mid_statement {
+                std::io::Write::write_all(&mut a, &query("select pg_sleep(10)")).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let killed = pg.query_value(&format!("select pg_terminate_backend({})", pid[0]));
+            assert_eq!(killed, "t");
+            transcript.extend(raw_read_to_end(&mut a));
+        }
+        transcripts.push(transcript);
+    }
+    let fatal = "57P01 terminating connection due to administrator command";
+    assert_eq!(
+        values(&transcripts[0])
+            .iter()
+            .filter(|v| *v == fatal)
+            .count(),
+        2,
+        "PostgreSQL: {:?}",
+        transcripts[0]
+    );
+    assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
+}
+
 /// The SQLSTATEs and first values in a [`raw_exchange`] transcript.
 fn values(transcript: &[(u8, Option<String>)]) -> Vec<String> {
     transcript.iter().filter_map(|g| g.1.clone()).collect()

@@ -270,6 +270,10 @@ pub struct Session {
     /// The held connection sent something while the client was idle that `relay_idle` leaves
     /// for the next batch (a FATAL, end of stream): stop reading it until then.
     idle_watch_off: bool,
+    /// The connection of a pinned session was lost mid-batch: the FATAL that ends the
+    /// client's session when the batch returns, and how much of `out` to send before it (the
+    /// replies that came before the loss). See `upstream_lost`.
+    pinned_lost: Option<(usize, PgError)>,
     /// Extended-protocol messages were relayed that no Sync (or Query) has closed yet, e.g.
     /// Parse/Bind/Flush with the Execute to come: the server holds their implicit
     /// transaction and unnamed portal, so the connection stays with this client until then.
@@ -391,28 +395,39 @@ fn valid_custom_name(name: &str) -> bool {
 /// `idle_session_timeout` or (PostgreSQL 17+) `transaction_timeout` ends its session, as the
 /// error the client gets (`Session::relay_idle`); None for any other message.
 fn idle_timeout_error(raw: &[u8]) -> Option<PgError> {
-    let frame = split_frame(raw, usize::MAX).ok()??.0;
-    let Ok(protocol::backend::BackendMessage::ErrorResponse(fields)) =
-        protocol::backend::BackendMessage::parse(frame)
-    else {
-        return None;
-    };
-    let code = fields.code().as_bytes();
     let timeouts = [
         SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
         SqlState::IDLE_SESSION_TIMEOUT,
         SqlState::TRANSACTION_TIMEOUT,
     ];
-    timeouts
-        .iter()
-        .any(|t| t.0 == code)
-        .then(|| fields.to_pg_error())
+    upstream_error(raw).filter(|e| timeouts.contains(&e.code))
+}
+
+/// The ErrorResponse in `raw` (one whole message), as an error of ringwire's own.
+fn upstream_error(raw: &[u8]) -> Option<PgError> {
+    let frame = split_frame(raw, usize::MAX).ok()??.0;
+    match protocol::backend::BackendMessage::parse(frame) {
+        Ok(protocol::backend::BackendMessage::ErrorResponse(fields)) => Some(fields.to_pg_error()),
+        _ => None,
+    }
 }
 
 fn lost(why: &str) -> PgError {
     PgError::new(
         SqlState::CONNECTION_FAILURE,
         format!("the connection to the upstream server was lost: {why}"),
+    )
+}
+
+/// `e`, as the FATAL that ends a pinned session whose connection is gone.
+fn pinned_state_lost(e: PgError) -> PgError {
+    PgError {
+        severity: Severity::Fatal,
+        ..e
+    }
+    .with_detail(
+        "This session's state (LISTEN, temporary tables, session advisory locks, SET ROLE, \
+         prepared statements) was on that upstream connection and is gone with it.",
     )
 }
 
@@ -518,6 +533,7 @@ impl Session {
             skip_until_sync: false,
             unsynced: false,
             idle_watch_off: false,
+            pinned_lost: None,
             to_send: Vec::new(),
             wrote: false,
             predicted_open: false,
@@ -868,6 +884,10 @@ impl Session {
         let mut rest = frames;
         loop {
             let used = self.relay_part(rest, cancel, out, client).await?;
+            if let Some((cut, fatal)) = self.pinned_lost.take() {
+                out.truncate(cut);
+                return Err(fatal);
+            }
             debug_assert!(used <= rest.len() && (used > 0 || rest.is_empty()));
             rest = &rest[used.min(rest.len())..];
             if rest.is_empty() || used == 0 {
@@ -1245,9 +1265,11 @@ impl Session {
     /// with that error, as PostgreSQL ends it; before, the client found out at its next
     /// statement (08006) and the dead connection counted against the pool until then. These
     /// timers measure the backend's idleness or transaction, which are the client's here:
-    /// nothing else runs on a connection held whole. Any other end of
-    /// the connection (another FATAL, end of stream) is left for the next batch, which
-    /// reports it as every lost connection is reported (08006, the client stays connected).
+    /// nothing else runs on a connection held whole. Any other end of the connection
+    /// (another FATAL, the end of the stream) ends a pinned session too, with the server's
+    /// FATAL (`pinned_state_lost`: its state cannot move to another connection); under an
+    /// unpinned transaction it is left for the next batch, which reports it as every lost
+    /// connection is reported (08006, the client stays connected).
     ///
     /// Cancel safe: it only reads into the connection's reply buffer (both socket paths keep
     /// no read in flight in the future), and a message is consumed only once it is in `out`.
@@ -1282,7 +1304,14 @@ impl Session {
                         }
                     }
                     b'E' if is_fatal(raw) => {
-                        if let Some(e) = idle_timeout_error(raw) {
+                        let timeout = idle_timeout_error(raw);
+                        if timeout.is_some() || self.pinned {
+                            let e = timeout.unwrap_or_else(|| {
+                                pinned_state_lost(
+                                    upstream_error(raw)
+                                        .unwrap_or_else(|| lost("the server ended the connection")),
+                                )
+                            });
                             log::info!("upstream connection {}: {}", server.process_id, e.message);
                             self.server = None;
                             return Err(e);
@@ -1304,7 +1333,11 @@ impl Session {
             if self.idle_watch_off {
                 continue;
             }
-            if self.server.as_mut().expect("watched").fill().await.is_err() {
+            if let Err(e) = self.server.as_mut().expect("watched").fill().await {
+                if self.pinned {
+                    self.server = None;
+                    return Err(pinned_state_lost(lost(&e.to_string())));
+                }
                 // The end of stream is for the next batch to find.
                 self.idle_watch_off = true;
             }
@@ -2478,6 +2511,11 @@ impl Session {
                     // The server is closing this connection (terminated, shut down): report
                     // it once, as the connection loss it is.
                     let why = error_field(body, b'M').unwrap_or_default();
+                    if self.pinned {
+                        // The session ends with the server's own words (see `upstream_lost`).
+                        let e = upstream_error(raw).map(pinned_state_lost);
+                        self.pinned_lost = e.map(|e| (out.len(), e));
+                    }
                     self.upstream_lost(out, &why);
                     return true;
                 }
@@ -2736,6 +2774,13 @@ impl Session {
             return;
         }
         log::warn!("upstream connection lost: {why}");
+        if self.pinned && self.pinned_lost.is_none() {
+            // What the session pinned (LISTEN, temp tables, session locks, SET ROLE, SQL
+            // prepared statements) died with the backend and cannot be rebuilt elsewhere:
+            // going on without it would be silently wrong (notifications never come, a lock
+            // believed held is not). The session ends, as it would at PostgreSQL.
+            self.pinned_lost = Some((out.len(), pinned_state_lost(lost(why))));
+        }
         self.fail_outstanding(out, lost(why));
     }
 
