@@ -391,16 +391,16 @@ fn valid_custom_name(name: &str) -> bool {
     name.contains('.') && name.split('.').all(part_ok)
 }
 
-/// The FATAL an upstream backend sends when `idle_in_transaction_session_timeout`,
-/// `idle_session_timeout` or (PostgreSQL 17+) `transaction_timeout` ends its session, as the
-/// error the client gets (`Session::relay_idle`); None for any other message.
-fn idle_timeout_error(raw: &[u8]) -> Option<PgError> {
+/// Whether `e` is the FATAL an upstream backend sends when
+/// `idle_in_transaction_session_timeout`, `idle_session_timeout` or (PostgreSQL 17+)
+/// `transaction_timeout` ends its session (`Session::relay_idle`).
+fn ended_by_idle_timeout(e: &PgError) -> bool {
     let timeouts = [
         SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
         SqlState::IDLE_SESSION_TIMEOUT,
         SqlState::TRANSACTION_TIMEOUT,
     ];
-    upstream_error(raw).filter(|e| timeouts.contains(&e.code))
+    timeouts.contains(&e.code)
 }
 
 /// The ErrorResponse in `raw` (one whole message), as an error of ringwire's own.
@@ -1304,14 +1304,11 @@ impl Session {
                         }
                     }
                     b'E' if is_fatal(raw) => {
-                        let timeout = idle_timeout_error(raw);
-                        if timeout.is_some() || self.pinned {
-                            let e = timeout.unwrap_or_else(|| {
-                                pinned_state_lost(
-                                    upstream_error(raw)
-                                        .unwrap_or_else(|| lost("the server ended the connection")),
-                                )
-                            });
+                        let e = upstream_error(raw)
+                            .unwrap_or_else(|| lost("the server ended the connection"));
+                        let timeout = ended_by_idle_timeout(&e);
+                        if timeout || self.pinned {
+                            let e = if timeout { e } else { pinned_state_lost(e) };
                             log::info!("upstream connection {}: {}", server.process_id, e.message);
                             self.server = None;
                             return Err(e);
