@@ -319,6 +319,9 @@ pub enum Message {
     /// Commits and DDL for this shard's read replica, in compute order (one `Arc`'d batch
     /// shared by every shard).
     Replicate(ReplicaBatch),
+    /// A committed transaction's NOTIFYs, for this shard's listening sessions (the engine's;
+    /// see `notify`).
+    Notify(Arc<crate::notify::Batch>),
 }
 
 /// Encode one row of `columns` as a DataRow in `formats` (missing formats are text).
@@ -1824,6 +1827,11 @@ impl Dispatcher {
         }
     }
 
+    /// How many shards there are.
+    pub fn shards(&self) -> usize {
+        self.mesh.shards()
+    }
+
     /// Send a message to shard `to` over the mesh.
     pub fn send(&self, to: usize, msg: Message) {
         if !self.mesh.send(to, msg) {
@@ -1918,9 +1926,9 @@ impl Dispatcher {
                     self.shard_id
                 ),
             },
-            Message::StatsRequest { .. } | Message::StatsReply { .. } => {
+            Message::StatsRequest { .. } | Message::StatsReply { .. } | Message::Notify(_) => {
                 log::error!(
-                    "shard {}: a stats message reached the dispatcher",
+                    "shard {}: an engine's message reached the dispatcher",
                     self.shard_id
                 )
             }

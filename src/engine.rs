@@ -29,6 +29,7 @@ use crate::dispatch::{
     self, write_data_row, Catalog, Dispatcher, Formats, Message, Params, ReadAt, ReadSpec, Request,
     SessionSnapshot, Shared, StatementSession,
 };
+use crate::notify::{self, Listeners, SessionNotify};
 use crate::settings::{Isolation, Settings};
 use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo};
 use crate::sql::lift::{self, Literal};
@@ -68,6 +69,13 @@ pub enum Plan {
     Rollback,
     DiscardAll,
     Deallocate(Option<String>),
+    /// LISTEN, UNLISTEN (`None`: `UNLISTEN *`) and NOTIFY (see `notify`).
+    Listen(String),
+    Unlisten(Option<String>),
+    Notify {
+        channel: String,
+        payload: String,
+    },
 }
 
 /// A prepared statement: the plan and what Describe reports.
@@ -168,6 +176,8 @@ pub struct Session {
     pending_copy: Option<Arc<TablePlan>>,
     /// Set while a simple Query runs (COPY FROM STDIN is only offered there).
     in_simple_query: bool,
+    /// LISTEN/NOTIFY: what the open transaction will do at commit, and the inbox.
+    notify: SessionNotify,
 }
 
 /// What a transaction block has done at the compute.
@@ -263,6 +273,8 @@ pub struct Frontend {
     held: Rc<HeldSnapshots>,
     /// The shard's serving-layer metrics, resolved once (None off a shard).
     metrics: Option<Rc<shards::metrics::ShardMetrics>>,
+    /// This shard's sessions that LISTEN.
+    listeners: Listeners,
 }
 
 impl Frontend {
@@ -281,6 +293,7 @@ impl Frontend {
             shared,
             dispatcher,
             metrics: shards::metrics::current(),
+            listeners: Listeners::default(),
         }
     }
 
@@ -857,6 +870,20 @@ pub(crate) fn plan_statement(
                 (Plan::Deallocate(Some(name.value.clone())), vec![])
             }
         }
+        Statement::LISTEN { channel } => (Plan::Listen(channel_name(channel)), vec![]),
+        Statement::UNLISTEN { channel }
+            if channel.value == "*" && channel.quote_style.is_none() =>
+        {
+            (Plan::Unlisten(None), vec![])
+        }
+        Statement::UNLISTEN { channel } => (Plan::Unlisten(Some(channel_name(channel))), vec![]),
+        Statement::NOTIFY { channel, payload } => (
+            Plan::Notify {
+                channel: channel_name(channel),
+                payload: payload.clone().unwrap_or_default(),
+            },
+            vec![],
+        ),
         other => {
             let kind = other.to_string();
             let head: String = kind
@@ -962,6 +989,20 @@ fn ident_folded(id: &ast::Ident) -> String {
     } else {
         id.value.to_lowercase()
     }
+}
+
+/// A channel named by an identifier: folded, and cut to 63 bytes as PostgreSQL's scanner cuts
+/// every identifier (without its NOTICE).
+fn channel_name(id: &ast::Ident) -> String {
+    let mut name = ident_folded(id);
+    if name.len() > notify::MAX_CHANNEL_BYTES {
+        let mut end = notify::MAX_CHANNEL_BYTES;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+    }
+    name
 }
 
 fn is_transaction_exit(plan: &Plan) -> bool {
@@ -1184,8 +1225,24 @@ impl Frontend {
         session
             .settings
             .end_transaction(commit, &mut session.reports);
+        self.end_notify(session, commit);
         *cx.tx = TransactionStatus::Idle;
         Ok(if commit { "COMMIT" } else { "ROLLBACK" })
+    }
+
+    /// The session's transaction ended: apply its LISTENs and send its NOTIFYs to every shard
+    /// (this one's listeners at once) if it committed, forget both if not.
+    fn end_notify(&self, session: &mut Session, commit: bool) {
+        let ended = self
+            .listeners
+            .end_transaction(&mut session.notify, session.process_id, commit);
+        if let Some(batch) = ended {
+            let here = self.dispatcher.shard_id;
+            for shard in (0..self.dispatcher.shards()).filter(|&s| s != here) {
+                self.dispatcher.send(shard, Message::Notify(batch.clone()));
+            }
+            self.listeners.deliver(&batch);
+        }
     }
 
     /// The first table statement of a block fixes (or, when serializable, bounds) its
@@ -1810,11 +1867,13 @@ impl Frontend {
                     row: &[],
                     session,
                     sleep_us: 0,
+                    notifies: Vec::new(),
                 };
                 let produced = select.eval_rows(&mut env, &mut |row: &[Value]| {
                     emit(row, out, ctx);
                     Ok(())
                 });
+                let notifies = std::mem::take(&mut env.notifies);
                 let produced = match produced {
                     Ok(n) if env.sleep_us > 0 => cx
                         .cancel
@@ -1823,6 +1882,11 @@ impl Frontend {
                         .map(|()| n),
                     other => other,
                 };
+                if produced.is_ok() {
+                    for (channel, payload) in notifies {
+                        cx.session.notify.pending.notify(channel, payload);
+                    }
+                }
                 // A statement that fails sends none of its rows.
                 return produced.map(Some).inspect_err(|_| cx.out.truncate(mark));
             }
@@ -1936,6 +2000,8 @@ impl Frontend {
                     ));
                 }
                 session.settings.reset_all(&mut session.reports);
+                // DISCARD ALL includes UNLISTEN * (a pooler's reset must stop deliveries).
+                session.notify.pending.unlisten(None);
                 cx.statements.clear();
                 *cx.close_all_portals = true;
                 "DISCARD ALL"
@@ -1943,6 +2009,22 @@ impl Frontend {
             Plan::Deallocate(None) => {
                 cx.statements.clear();
                 "DEALLOCATE ALL"
+            }
+            Plan::Listen(channel) => {
+                session.notify.pending.listen(channel);
+                "LISTEN"
+            }
+            Plan::Unlisten(channel) => {
+                session.notify.pending.unlisten(channel.as_deref());
+                "UNLISTEN"
+            }
+            Plan::Notify { channel, payload } => {
+                notify::check(channel, payload)?;
+                session
+                    .notify
+                    .pending
+                    .notify(channel.clone(), payload.clone());
+                "NOTIFY"
             }
             Plan::Deallocate(Some(name)) => {
                 if !cx.statements.remove(name) {
@@ -2167,11 +2249,13 @@ impl Engine for Frontend {
                 );
             }
             Message::StatsReply { id, stats } => self.dispatcher.stats_arrived(id, *stats),
+            Message::Notify(batch) => self.listeners.deliver(&batch),
             msg => self.dispatcher.on_message(msg),
         }
     }
 
     fn close_session(&self, session: &mut Session) {
+        self.listeners.close(&mut session.notify);
         // A client gone mid-transaction: its writes are rolled back and its locks released.
         if let Some(block) = session.block.take() {
             self.release_snapshot(block.hold);
@@ -2216,6 +2300,7 @@ impl Engine for Frontend {
             block: None,
             pending_copy: None,
             in_simple_query: false,
+            notify: SessionNotify::default(),
         })
     }
 
@@ -2490,6 +2575,13 @@ impl Engine for Frontend {
         Ok(Execution::Complete)
     }
 
+    async fn idle(&self, session: &mut Session, out: &mut Vec<u8>) -> Result<(), PgError> {
+        match session.notify.inbox() {
+            Some(inbox) => inbox.wait(out).await,
+            None => std::future::pending().await,
+        }
+    }
+
     fn end_of_cycle(
         &self,
         session: &mut Session,
@@ -2507,6 +2599,12 @@ impl Engine for Frontend {
             session
                 .settings
                 .end_transaction(!error_in_cycle, &mut session.reports);
+            self.end_notify(session, !error_in_cycle);
+            // Before ReadyForQuery, as PostgreSQL does: a client sees what reached it during
+            // the transaction it just finished (its own notifications too) before it may go on.
+            if let Some(inbox) = session.notify.inbox() {
+                inbox.drain(out);
+            }
         }
         for (name, value) in session.reports.drain(..) {
             backend::write_parameter_status(out, name, &value);

@@ -268,6 +268,7 @@ fn run_plan(
         row: &[],
         session,
         sleep_us: 0,
+        notifies: Vec::new(),
     };
     let produced = select.eval_rows(&mut env, &mut |row: &[Value]| {
         assert_eq!(

@@ -13,11 +13,10 @@
 //!   the `sql_plan` fuzz target and `tests/sql_front_props.rs`.
 //! - [`upstream`]: upstream mode (`--upstream`): the engine that relays every connection to
 //!   a pool of PostgreSQL connections per shard instead of answering SQL itself.
-//! - [`stats`]: per-shard counters and the `ringwire.shard_stats` / `ringwire.table_stats`
-//!   relations that show them.
 //! - [`stats`]: per-shard counters and histograms and the `ringwire.shard_stats` /
 //!   `ringwire.latency` / `ringwire.table_stats` relations that show them.
 //! - [`metrics_http`]: `--metrics-listen`, the same numbers for Prometheus.
+//! - `notify`: LISTEN / NOTIFY between the sessions of every shard.
 //!
 //! The path of a Query: `shards` frames and parses the message, calls
 //! `Frontend::simple_query`, which parses with sqlparser, plans each statement, evaluates it and
@@ -29,6 +28,7 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics_http;
+mod notify;
 pub mod replica;
 pub mod settings;
 pub mod sql;

@@ -262,3 +262,319 @@ async fn cancel_reaches_the_owning_shard() {
         );
     }
 }
+
+/// LISTEN, NOTIFY, UNLISTEN and `pg_notify` through psql, against PostgreSQL 15 and the
+/// embedded compute, must print the same: a session hears itself; notifications of a
+/// transaction arrive at its commit, before the next prompt, each (channel, payload) pair
+/// once; a rolled-back or failed transaction sends nothing (also an implicit one, two
+/// statements in one Query); LISTEN counts only once committed; PostgreSQL's errors for
+/// empty and long channel names and long payloads. Before, each of these statements was
+/// 0A000 "not supported".
+#[test]
+fn psql_listen_and_notify_print_what_postgres_prints() {
+    use std::io::Write as _;
+    let pg = common::postgres::Postgres::start();
+    let rw = Ringwire::start(&[]);
+    let script = r#"
+listen ch;
+notify ch, 'x';
+select pg_notify('ch', 'y');
+begin; notify ch, 'in tx'; notify ch, 'in tx'; notify "Ch", 'other'; notify ch, 'two'; commit;
+begin; notify ch, 'rolled back'; rollback;
+begin; notify ch, 'failed'; select 1/0; commit;
+notify ch, 'implicit, then an error' \; select 1/0;
+notify ch, 'implicit' \; select 2;
+begin; listen later; notify later, 'heard at its own commit'; commit;
+begin; listen never; rollback;
+notify never, 'nobody';
+select pg_notify('', 'x');
+select pg_notify(null, 'x');
+select pg_notify('ch', null);
+select pg_notify(repeat('c', 64), 'x');
+select pg_notify('ch', repeat('p', 8000));
+select pg_notify('ch', repeat('p', 7999)) is null;
+begin read only; notify ch, 'read only'; commit;
+unlisten ch;
+notify ch, 'after unlisten';
+notify later, 'still listening';
+unlisten *;
+notify later, 'after unlisten *';
+listen ch;
+begin; notify ch, 'unlistened in the same transaction'; unlisten ch; commit;
+listen ch;
+discard all;
+notify ch, 'after discard all';
+select 'end';
+"#;
+    let run = |host: &str, port: u16| {
+        let mut child = std::process::Command::new("psql")
+            .args(["-X", "-a", "-h", host, "-p", &port.to_string()])
+            .args(["-U", "postgres", "-d", "postgres", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run psql");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        // Process ids differ by nature; every notification here is the session's own.
+        let pid = regex_free_pid_mask(&String::from_utf8_lossy(&out.stdout));
+        (pid, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let want = run("127.0.0.1", pg.port);
+    let got = run(rw.host(), rw.port);
+    assert!(
+        want.0.contains("\"ch\" with payload \"in tx\"") && want.1.contains("division by zero"),
+        "the script did not run against PostgreSQL:\n{}\n{}",
+        want.0,
+        want.1
+    );
+    assert_eq!(got.0, want.0, "stdout: ringwire, then PostgreSQL");
+    assert_eq!(got.1, want.1, "stderr: ringwire, then PostgreSQL");
+}
+
+/// "... from server process with PID 12345." → "... PID N."
+fn regex_free_pid_mask(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("server process with PID ") {
+            Some(at) => format!("{}server process with PID N.", &l[..at]),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A client that LISTENs and then only waits (tokio-postgres' connection stream, as
+/// psycopg's `notifies()` and node-postgres' `notification` event wait) hears sessions of
+/// every shard as they commit, each notification carrying its sender's process id; one sent
+/// while the listener is inside a transaction block arrives after that block ends; nothing
+/// after UNLISTEN. The same sequence against PostgreSQL must give the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_listener_hears_sessions_on_every_shard() {
+    use common::client::{connect_on_shard, connect_to};
+    let pg = common::postgres::Postgres::start();
+    let rw = Ringwire::start(&["--shards", "2"]);
+    let rw_conninfo = rw.connection_string("postgres");
+    let mut transcripts = Vec::new();
+    for server in ["postgres", "ringwire"] {
+        let (listener, notifiers) = if server == "postgres" {
+            let c = pg.connection_string();
+            let l = listening_client(&c).await;
+            (l, vec![connect_to(&c).await, connect_to(&c).await])
+        } else {
+            // The listener on shard 0 (misses kept open, as `connect_on_shard` does), one
+            // notifier on each shard.
+            let mut misses = Vec::new();
+            let l = loop {
+                let l = listening_client(&rw_conninfo).await;
+                if common::client::shard_of(&l.0).await == 0 {
+                    break l;
+                }
+                assert!(misses.len() < 200, "no listener landed on shard 0");
+                misses.push(l);
+            };
+            let n0 = connect_on_shard(&rw_conninfo, 0).await;
+            let n1 = connect_on_shard(&rw_conninfo, 1).await;
+            (l, vec![n1, n0])
+        };
+        let (listener, heard) = listener;
+        let mut pids = Vec::new();
+        for n in &notifiers {
+            let row = n.query_one("select pg_backend_pid()", &[]).await.unwrap();
+            pids.push(row.get::<_, i32>(0));
+        }
+        let wait_for = |n: usize| {
+            let heard = heard.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while heard.lock().unwrap().len() < n && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let heard = heard.lock().unwrap();
+                heard
+                    .iter()
+                    .map(|(_, line)| line.clone())
+                    .collect::<Vec<_>>()
+            }
+        };
+        listener.batch_execute("listen jobs").await.unwrap();
+        notifiers[0]
+            .batch_execute("notify jobs, 'from the other shard'")
+            .await
+            .unwrap();
+        // (The extended protocol, parameters bound: the implicit transaction ends at Sync.)
+        notifiers[1]
+            .execute(
+                "select pg_notify($1, $2)",
+                &[&"jobs", &"from its own shard"],
+            )
+            .await
+            .unwrap();
+        notifiers[0]
+            .batch_execute("notify other, 'not listened to'")
+            .await
+            .unwrap();
+        let mut transcript = vec![format!("{:?}", wait_for(2).await)];
+        listener.batch_execute("begin; select 1").await.unwrap();
+        notifiers[0]
+            .batch_execute("notify jobs, 'while in a block'")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        transcript.push(format!("in the block: {}", heard.lock().unwrap().len()));
+        listener.batch_execute("commit").await.unwrap();
+        transcript.push(format!("{:?}", wait_for(3).await));
+        listener.batch_execute("unlisten jobs").await.unwrap();
+        notifiers[1]
+            .batch_execute("notify jobs, 'after unlisten'")
+            .await
+            .unwrap();
+        listener.batch_execute("select 1").await.unwrap();
+        // One that arrived while the listener was in a block that then stops listening: it
+        // is read after the UNLISTEN, so it is not heard.
+        listener.batch_execute("listen jobs").await.unwrap();
+        listener.batch_execute("begin").await.unwrap();
+        notifiers[0]
+            .batch_execute("notify jobs, 'unlistened before it was read'")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        listener
+            .batch_execute("unlisten jobs; commit")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let heard = heard.lock().unwrap().clone();
+        transcript.push(format!("at the end: {}", heard.len()));
+        // Which notifier sent each: its pid, as its own pg_backend_pid() reports it.
+        let senders: Vec<String> = heard
+            .iter()
+            .map(|(pid, _)| match pids.iter().position(|p| p == pid) {
+                Some(i) => format!("notifier {i}"),
+                None => format!("unknown pid {pid} (notifiers {pids:?})"),
+            })
+            .collect();
+        transcript.push(format!("{senders:?}"));
+        transcripts.push(transcript);
+    }
+    assert_eq!(
+        transcripts[0][..2],
+        [
+            r#"["jobs: from the other shard", "jobs: from its own shard"]"#,
+            "in the block: 2"
+        ],
+        "PostgreSQL: {:?}",
+        transcripts[0]
+    );
+    assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
+}
+
+/// A session whose connection task records every notification as (sender pid, "channel:
+/// payload").
+async fn listening_client(
+    conninfo: &str,
+) -> (
+    tokio_postgres::Client,
+    std::sync::Arc<std::sync::Mutex<Vec<(i32, String)>>>,
+) {
+    let (client, mut conn) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = heard.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let line = format!("{}: {}", n.channel(), n.payload());
+                sink.lock().unwrap().push((n.process_id(), line));
+            }
+        }
+    });
+    (client, heard)
+}
+
+/// Between Execute and Sync an implicit transaction is open, and PostgreSQL holds a
+/// notification until it ends: it comes with the Sync's reply, before ReadyForQuery, not while
+/// the client waits mid-pipeline. Raw protocol against both servers; the tags they send must
+/// be the same.
+#[test]
+fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
+    use protocol::frontend;
+    use std::io::{Read, Write};
+    let pg = common::postgres::Postgres::start();
+    let rw = Ringwire::start(&[]);
+    let rw_port = rw
+        .addr()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse::<u16>()
+        .unwrap();
+    // Every message's tag until ReadyForQuery, or until `quiet` passes with nothing more.
+    fn tags(stream: &mut std::net::TcpStream, quiet: Duration) -> String {
+        let mut got = String::new();
+        let mut buf = Vec::new();
+        stream.set_read_timeout(Some(quiet)).unwrap();
+        loop {
+            while let Some((frame, n)) = protocol::wire::split_frame(&buf, 1 << 20).unwrap() {
+                let tag = frame.tag;
+                got.push(tag as char);
+                buf.drain(..n);
+                if tag == b'Z' {
+                    return got;
+                }
+            }
+            let mut chunk = [0u8; 8192];
+            match stream.read(&mut chunk) {
+                Ok(0) => return got + " (closed)",
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(_) => return got,
+            }
+        }
+    }
+    let mut seen = Vec::new();
+    for port in [pg.port, rw_port] {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let msg = common::wire::startup_message(&[("user", "postgres"), ("database", "postgres")]);
+        s.write_all(&msg).unwrap();
+        let login = tags(&mut s, Duration::from_secs(10));
+        s.write_all(&common::wire::simple_query("listen mid"))
+            .unwrap();
+        let listen = tags(&mut s, Duration::from_secs(10));
+        assert!(login.ends_with('Z') && listen == "CZ", "{login} {listen}");
+        let mut msg = Vec::new();
+        frontend::encode_parse(&mut msg, "", "select 1", &[]);
+        frontend::encode_bind(&mut msg, "", "", &[], &[], &[]);
+        frontend::encode_execute(&mut msg, "", 0);
+        frontend::encode_empty(&mut msg, b'H');
+        s.write_all(&msg).unwrap();
+        let before = tags(&mut s, Duration::from_millis(500));
+        let notify = std::process::Command::new("psql")
+            .args([
+                "-X",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-d", "postgres", "-c", "notify mid, 'x'"])
+            .output()
+            .unwrap();
+        assert!(notify.status.success(), "{notify:?}");
+        let during = tags(&mut s, Duration::from_millis(500));
+        let mut msg = Vec::new();
+        frontend::encode_empty(&mut msg, b'S');
+        s.write_all(&msg).unwrap();
+        let at_sync = tags(&mut s, Duration::from_secs(10));
+        seen.push(format!(
+            "before: {before}; during: {during}; at Sync: {at_sync}"
+        ));
+    }
+    assert_eq!(seen[0], "before: 12DC; during: ; at Sync: AZ", "PostgreSQL");
+    assert_eq!(seen[1], seen[0], "ringwire, then PostgreSQL");
+}

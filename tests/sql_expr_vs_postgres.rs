@@ -459,6 +459,7 @@ fn ringwire_outcome(sql: &str, text: &TextContext, plan_with_session: bool) -> O
         row: &[],
         session: &session,
         sleep_us: 0,
+        notifies: Vec::new(),
     };
     let mut rows = Vec::new();
     let types: Vec<_> = plan.columns.iter().map(|c| c.1).collect();

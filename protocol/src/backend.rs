@@ -92,6 +92,15 @@ pub fn write_backend_key_data(out: &mut Vec<u8>, process_id: i32, secret_key: i3
     finish_message(out, start);
 }
 
+/// NotificationResponse: `process_id` is the notifying session's (its BackendKeyData).
+pub fn write_notification(out: &mut Vec<u8>, process_id: i32, channel: &str, payload: &str) {
+    let start = begin_message(out, b'A');
+    put_i32(out, process_id);
+    put_cstr(out, channel);
+    put_cstr(out, payload);
+    finish_message(out, start);
+}
+
 pub fn write_ready_for_query(out: &mut Vec<u8>, status: TransactionStatus) {
     out.extend_from_slice(&[b'Z', 0, 0, 0, 5, status.code()]);
 }

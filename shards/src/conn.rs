@@ -20,6 +20,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use bumpalo::Bump;
+use futures_lite::future::or;
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use protocol::backend::{self, TransactionStatus};
 use protocol::frontend::{self, FrontendMessage, StartupRequest, Target};
@@ -361,6 +362,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         copy_in_started: false,
         copy_in: None,
         error_in_cycle: false,
+        cycle_open: false,
         flush_requested: Cell::new(false),
     })
 }
@@ -385,6 +387,9 @@ pub(crate) struct Conn<E: Engine> {
     copy_in: Option<Vec<u8>>,
     /// An error was reported since the last ReadyForQuery.
     error_in_cycle: bool,
+    /// A message was handled since the last ReadyForQuery: an implicit transaction (extended
+    /// protocol before its Sync, COPY data, skipping to Sync) is open.
+    cycle_open: bool,
     flush_requested: Cell<bool>,
 }
 
@@ -466,6 +471,7 @@ impl<E: Engine> Conn<E> {
                     _ => None,
                 };
                 let reply_from = out.len();
+                self.cycle_open = true;
                 let flow = match FrontendMessage::parse(frame) {
                     Ok(msg) => {
                         let flow = self.handle(msg, &mut out, stream).await;
@@ -530,7 +536,24 @@ impl<E: Engine> Conn<E> {
                 }
             };
             let buffered = rbuf.data().len();
-            match limits::unless_idle_too_long(rbuf.fill(stream, want), idle_limit_ms).await {
+            let read = rbuf.fill(stream, want);
+            let waited = if self.tx == TransactionStatus::Idle && !self.cycle_open {
+                // Outside any transaction the engine may have notifications for the client
+                // meanwhile. Asked first, so what it holds goes out before more statements
+                // run (and a session past its limit hears so at once).
+                let (engine, session) = (&self.shard.engine, &mut self.session);
+                let engine = async { Err(engine.idle(session, &mut out).await) };
+                or(engine, async { Ok(Some(read.await)) }).await
+            } else {
+                Ok(limits::unless_idle_too_long(read, idle_limit_ms).await)
+            };
+            let waited = match waited {
+                Ok(read) => read,
+                // Written to the client at the top of the loop, which then waits again.
+                Err(Ok(())) => continue,
+                Err(Err(e)) => return self.fatal(stream, &mut out, e).await,
+            };
+            match waited {
                 Some(Ok(true)) => {
                     let metrics = &self.shard.metrics;
                     metrics.record_bytes_in(rbuf.data().len() - buffered);
@@ -693,6 +716,7 @@ impl<E: Engine> Conn<E> {
             .engine
             .end_of_cycle(&mut self.session, self.tx, self.error_in_cycle, out);
         self.error_in_cycle = false;
+        self.cycle_open = false;
         backend::write_ready_for_query(out, self.tx);
         self.arena.reset();
     }

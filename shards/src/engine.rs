@@ -316,17 +316,16 @@ pub trait Engine: 'static {
         unreachable!("relay is only called for engines whose relays() is true")
     }
 
-    /// Relay mode only: raced against the client's next bytes each time the connection waits
-    /// for them (and dropped when they come first, so it must be cancel safe). An engine
-    /// whose session holds an upstream connection between batches passes on what the server
-    /// sends unasked meanwhile (notifications, notices, parameter changes): it appends them to
-    /// `out` and returns Ok, and the connection writes them to the client and waits again.
-    /// `Err` ends the connection with that FATAL. The default never completes.
-    async fn relay_idle(
-        &self,
-        session: &mut Self::Session,
-        out: &mut Vec<u8>,
-    ) -> Result<(), PgError> {
+    /// Raced against the client's next bytes each time the connection waits for them (and
+    /// dropped when they come first, so it must be cancel safe): in relay mode at every wait,
+    /// otherwise only outside a transaction block, where PostgreSQL passes on notifications.
+    /// An engine with something to tell an idle client — a notification from another session,
+    /// or what an upstream connection held between batches sends unasked (notices, parameter
+    /// changes) — appends it to `out` and returns Ok; the connection writes it to the client
+    /// and waits again. `Err` ends the connection with that FATAL. The default never
+    /// completes. It is polled once per wait, so a session with nothing to say should find
+    /// out in a field read.
+    async fn idle(&self, session: &mut Self::Session, out: &mut Vec<u8>) -> Result<(), PgError> {
         let _ = (session, out);
         std::future::pending().await
     }

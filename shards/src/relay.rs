@@ -9,7 +9,7 @@
 //! Sync in one write costs one upstream write and one reply write.
 //!
 //! While it waits for the client, the loop also lets the engine pass on what the upstream
-//! sends unasked ([`Engine::relay_idle`]: notifications, notices), and ends a client that
+//! sends unasked ([`Engine::idle`]: notifications, notices), and ends a client that
 //! holds upstream work open and stays silent past the engine's idle limit
 //! ([`Engine::timeouts`]) with FATAL 25P03, as in the embedded mode.
 
@@ -114,7 +114,7 @@ async fn serve<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
             let client = async { Wake::Client(rbuf.fill(stream, want).await) };
             let upstream = async {
                 let session = &mut conn.session;
-                Wake::Upstream(shard.engine.relay_idle(session, &mut out).await)
+                Wake::Upstream(shard.engine.idle(session, &mut out).await)
             };
             let limit = async {
                 match deadline {

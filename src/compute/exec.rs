@@ -58,8 +58,16 @@ fn eval(
         row,
         session,
         sleep_us: 0,
+        notifies: Vec::new(),
     };
-    e.eval(&mut env)
+    let value = e.eval(&mut env)?;
+    if !env.notifies.is_empty() {
+        // The compute has no session to give them to; refused rather than lost.
+        return Err(crate::sql::expr::feature_not_supported(
+            "pg_notify in a statement that reads a table",
+        ));
+    }
+    Ok(value)
 }
 
 /// WHERE / HAVING: only `true` passes.

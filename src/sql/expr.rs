@@ -387,6 +387,8 @@ pub struct EvalEnv<'a> {
     pub session: &'a dyn SessionInfo,
     /// `pg_sleep` adds here; the caller awaits it (cancellably) after evaluation.
     pub sleep_us: u64,
+    /// `pg_notify` adds here; the caller makes them the transaction's NOTIFYs.
+    pub notifies: Vec<(String, String)>,
 }
 
 /// Plans one expression (and folds its constant immutable parts).
@@ -4147,6 +4149,7 @@ fn eval_const(e: &TypedExpr, case: Option<&Value>) -> Result<Value, PgError> {
         row: &[],
         session: &session,
         sleep_us: 0,
+        notifies: Vec::new(),
     };
     e.ev(&mut env, case)
 }
@@ -5250,6 +5253,7 @@ mod tests {
             row: &[],
             session: &session,
             sleep_us: 0,
+            notifies: Vec::new(),
         };
         let mut out = Vec::new();
         let types: Vec<Type> = plan.columns.iter().map(|c| c.1).collect();
@@ -5629,6 +5633,7 @@ mod tests {
             row: &[],
             session: &session,
             sleep_us: 0,
+            notifies: Vec::new(),
         };
         let n = plan.eval_rows(&mut env, &mut |row| {
             assert_eq!(row[0], Value::Text(String::new()));
@@ -5792,6 +5797,7 @@ mod tests {
                 row: &[],
                 session: &session,
                 sleep_us: 0,
+                notifies: Vec::new(),
             };
             p.eval_rows(&mut env, &mut |_| Ok(())).expect("evaluates")
         };
@@ -5868,6 +5874,7 @@ mod tests {
                 row: &row,
                 session: &session,
                 sleep_us: 0,
+                notifies: Vec::new(),
             };
             let got: Vec<Value> = exprs
                 .iter()

@@ -27,6 +27,7 @@ pub(crate) enum Func {
     CurrentSetting,
     BackendPid,
     Sleep,
+    Notify,
     Now,
     ClockTimestamp,
     CurrentDate,
@@ -83,7 +84,8 @@ pub(crate) enum Func {
 
 impl Func {
     pub(crate) fn strict(self) -> bool {
-        !matches!(self, Func::Concat | Func::ConcatWs)
+        // pg_notify reads a NULL channel as empty (an error) and a NULL payload as empty.
+        !matches!(self, Func::Concat | Func::ConcatWs | Func::Notify)
     }
 
     /// Volatile in PostgreSQL's sense: may return a different result within one statement,
@@ -91,7 +93,7 @@ impl Func {
     pub(crate) fn volatile(self) -> bool {
         matches!(
             self,
-            Func::Sleep | Func::ClockTimestamp | Func::Random | Func::GenRandomUuid
+            Func::Sleep | Func::Notify | Func::ClockTimestamp | Func::Random | Func::GenRandomUuid
         )
     }
 
@@ -106,6 +108,7 @@ impl Func {
                 | Func::CurrentSetting
                 | Func::BackendPid
                 | Func::Sleep
+                | Func::Notify
                 | Func::Now
                 | Func::ClockTimestamp
                 | Func::CurrentDate
@@ -130,6 +133,7 @@ const FUNCTION_NAMES: &[&str] = &[
     "current_setting",
     "pg_backend_pid",
     "pg_sleep",
+    "pg_notify",
     "now",
     "transaction_timestamp",
     "statement_timestamp",
@@ -203,6 +207,7 @@ fn build_signatures(name: &str) -> Vec<Sig> {
         ],
         "pg_backend_pid" => vec![f(&[], INT4, F::BackendPid)],
         "pg_sleep" => vec![f(&[FLOAT8], VOID, F::Sleep)],
+        "pg_notify" => vec![f(&[TEXT, TEXT], VOID, F::Notify)],
         "now" | "transaction_timestamp" | "statement_timestamp" => {
             vec![f(&[], TIMESTAMPTZ, F::Now)]
         }
@@ -386,6 +391,19 @@ pub(crate) fn call(
                 env.sleep_us = env.sleep_us.saturating_add(us);
             }
             // void: an empty, non-NULL value on the wire.
+            Value::Text(String::new())
+        }
+        F::Notify => {
+            fn text_or_empty(v: &Value) -> Result<&str, PgError> {
+                match v {
+                    Value::Null => Ok(""),
+                    v => text_arg(v),
+                }
+            }
+            let (channel, payload) = (text_or_empty(&args[0])?, text_or_empty(&args[1])?);
+            crate::notify::check(channel, payload)?;
+            env.notifies
+                .push((channel.to_string(), payload.to_string()));
             Value::Text(String::new())
         }
         F::Now => Value::Timestamptz(session.statement_timestamp_us()),

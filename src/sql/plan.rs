@@ -3418,6 +3418,7 @@ mod tests {
             row,
             session: &session,
             sleep_us: 0,
+            notifies: Vec::new(),
         };
         e.eval(&mut env).expect("evaluates")
     }

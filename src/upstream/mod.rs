@@ -528,7 +528,7 @@ impl Engine for Upstream {
         }
     }
 
-    async fn relay_idle(&self, session: &mut Session, out: &mut Vec<u8>) -> Result<(), PgError> {
+    async fn idle(&self, session: &mut Session, out: &mut Vec<u8>) -> Result<(), PgError> {
         session.relay_idle(out).await
     }
 

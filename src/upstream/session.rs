@@ -1250,7 +1250,7 @@ impl Session {
         u64::try_from(limit).unwrap_or(u64::MAX)
     }
 
-    /// See [`shards::engine::Engine::relay_idle`]. While the client is idle and holds its
+    /// See [`shards::engine::Engine::idle`]. While the client is idle and holds its
     /// connection whole between batches (a LISTEN or other pinned state, a transaction), read
     /// what PostgreSQL sends that session unasked and pass it on at once, as PostgreSQL
     /// would: notifications (`NOTIFY` to a channel the client listens on: before, they
