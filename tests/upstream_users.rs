@@ -887,3 +887,58 @@ async fn a_role_one_client_sets_never_reaches_the_next() {
         "after a startup role"
     );
 }
+
+/// A session pinned from its startup (here by a startup `role`, which every login checks
+/// upstream) keeps the connection its login was checked on: one upstream login per client,
+/// as a direct client has, counted in PostgreSQL's own log. Before, that connection was
+/// closed and the session's first statement logged in again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_pinned_at_login_keeps_the_connection_it_was_checked_on() {
+    let s = Setup::new();
+    s.pg.query_value("grant alice to bob");
+    s.pg.query_value("alter system set log_connections = on");
+    s.pg.query_value("select pg_reload_conf()");
+    let upstream_logins = || {
+        s.pg.log()
+            .matches("connection authorized: user=bob")
+            .count()
+    };
+    // (The reload reaches new backends once the postmaster has read it: wait for one of ours.)
+    common::eventually_blocking(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        "log_connections takes effect",
+        || {
+            s.pg.query_value("select 1");
+            s.pg.log().contains("connection authorized: user=postgres")
+        },
+    );
+    let rw = s.ringwire(HBA_MD5, &["--shards", "1"]);
+    let conn = format!(
+        "host=127.0.0.1 port={} user=bob password=bob-pw dbname=postgres options='-c role=alice'",
+        rw.port
+    );
+    for round in 1..=2 {
+        let (a, connection) = tokio_postgres::connect(&conn, NoTls).await.unwrap();
+        let task = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        assert_eq!(
+            identity(&a).await.0,
+            "alice",
+            "the startup role took effect"
+        );
+        a.batch_execute("select 1; begin; select 2; commit")
+            .await
+            .unwrap();
+        drop(a);
+        task.await.unwrap();
+        // The log line is written as the backend starts; no backend of this client's may
+        // start after its statements ran, so the count is final once they answered.
+        assert_eq!(
+            upstream_logins(),
+            round,
+            "upstream logins after {round} client(s)"
+        );
+    }
+}

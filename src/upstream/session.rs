@@ -662,9 +662,10 @@ impl Session {
     /// those stay warnings on the client's statements, as before.
     ///
     /// The connection then goes back to the pool: with the settings in effect after a pass,
-    /// marked [`SETTINGS_UNKNOWN`] after a refusal. Not that of a session pinned from its
-    /// startup (a `role`, which `RESET ALL` does not undo; `standard_conforming_strings`
-    /// off): that one is closed.
+    /// marked [`SETTINGS_UNKNOWN`] after a refusal. A session pinned from its startup (a
+    /// `role`, which `RESET ALL` does not undo; `standard_conforming_strings` off) keeps it
+    /// as its own after a pass (since session 18; before, it was closed and the session
+    /// opened another at its first statement), and closes it after a refusal.
     /// `remember`: a pass goes into the key's accepted sets (not for a role: see `admit`).
     async fn check_startup_settings(
         &mut self,
@@ -740,8 +741,12 @@ impl Session {
                 }
                 accepted.insert(self.settings, Rc::from(self.startup_values.as_slice()));
             }
-            if !self.pinned {
-                conn.settings = self.settings;
+            conn.settings = self.settings;
+            if self.pinned {
+                // The session's own from now on, as the one it would open at its first
+                // statement would be: the check just gave it the session's settings.
+                self.server = Some(conn);
+            } else {
                 self.shard.release(conn);
             }
             return Ok(());
