@@ -186,6 +186,25 @@ async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() 
     assert_eq!(show(&through, "application_name").await, "O'Brien");
 }
 
+/// A `DO` block that SETs runs code ringwire does not follow: it pins its client, which keeps
+/// the setting as at PostgreSQL, and the next client on the pool's one connection never
+/// inherits it. Before, the connection went back to the pool holding the block's
+/// search_path, labelled with the client's (default) settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_do_block_that_sets_keeps_its_setting_to_its_client() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    a.batch_execute("do $$begin set search_path = pg_catalog; end$$")
+        .await
+        .unwrap();
+    a.batch_execute("select 1").await.unwrap();
+    assert_eq!(show(&a, "search_path").await, "pg_catalog");
+    drop(a);
+    let b = connect(&rw).await;
+    assert_eq!(show(&b, "search_path").await, "\"$user\", public");
+}
+
 /// A COMMIT or ROLLBACK inside a Query of several statements settles the SETs before it,
 /// whatever follows: PostgreSQL keeps a SET committed before a later statement of the same
 /// Query fails, and one made after a ROLLBACK. Each case runs through ringwire and directly,

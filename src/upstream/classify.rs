@@ -375,6 +375,31 @@ fn creates_temp_object(stmt: &str) -> bool {
     }
 }
 
+/// Whether a `DO` block may leave session state behind. Its body is PL/pgSQL (or another
+/// language) that no text scan follows, but it is text the client sent, unlike a function's:
+/// a block with any word (in its code or its string literals, as `EXECUTE 'SET …'` writes
+/// them) that starts what outlives a transaction — `SET`/`RESET` (PL/pgSQL runs them as
+/// SQL), `LISTEN`, `PREPARE`, `DISCARD`, `LOAD`, temp tables, `WITH HOLD` cursors — pins its
+/// session. Conservative: `UPDATE … SET` pins too, which costs that client pooling, where a
+/// miss would hand its settings to the next client. (`set_config` and advisory locks are
+/// found in any statement's text already.)
+fn do_may_leave_state(stmt: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "set",
+        "reset",
+        "listen",
+        "prepare",
+        "discard",
+        "load",
+        "temp",
+        "temporary",
+        "pg_temp",
+        "hold",
+    ];
+    stmt.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|w| WORDS.iter().any(|k| w.eq_ignore_ascii_case(k)))
+}
+
 /// The statement a Query that is only `DEALLOCATE [PREPARE] name` deallocates (lower-cased
 /// unless double-quoted). None for anything else, `DEALLOCATE ALL` included, and for text this
 /// cheap scan cannot vouch for (the server then sees it).
@@ -486,6 +511,7 @@ pub fn classify(sql: &str) -> Effects {
             | ["create", "global" | "local", "temp" | "temporary", ..]
             | ["create", "or", "replace", "temp" | "temporary", ..] => fx.pins = true,
             ["declare", ..] if holds_cursor(stmt) => fx.pins = true,
+            ["do", ..] if do_may_leave_state(stmt) => fx.pins = true,
             ["savepoint", ..] | ["release", ..] => fx.savepoint = true,
             ["rollback", "to", ..] | ["rollback", "transaction" | "work", "to", ..] => {
                 fx.savepoint = true
@@ -1570,6 +1596,15 @@ mod tests {
         assert!(!classify("declare c cursor for select 'with hold'").pins);
         assert!(classify("prepare p as select 1").pins);
         assert!(classify("LISTEN c").pins);
+        // DO blocks: the body's words, in code and literals.
+        assert!(classify("DO $$BEGIN SET search_path = x; END$$").pins);
+        assert!(classify("do $b$ begin execute 'reset all'; end $b$").pins);
+        assert!(classify("DO 'BEGIN EXECUTE ''LISTEN c''; END'").pins);
+        assert!(classify("do $$begin create temporary table x (a int); end$$").pins);
+        // (Only the block's own text: the SET after it is a setting, tracked, not a pin.)
+        assert!(!classify("do language plpgsql $$begin perform 1; end$$; set a.b = 1").pins);
+        assert!(!classify("DO $$DECLARE n int; BEGIN SELECT count(*) INTO n FROM t; END$$").pins);
+        assert!(!classify("do $$begin insert into t values (1); end$$").pins);
         assert!(!classify("select ';SET x=1'").pins);
         // What the lexer must read as PostgreSQL does, or a SET ROLE behind it is missed.
         for hidden in [
