@@ -558,7 +558,7 @@ impl<E: Engine> Conn<E> {
                     let metrics = &self.shard.metrics;
                     metrics.record_bytes_in(rbuf.data().len() - buffered);
                     if received.is_none() {
-                        received = metrics.start();
+                        received = metrics.received();
                         mark = received;
                     }
                 }

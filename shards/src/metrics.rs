@@ -126,6 +126,9 @@ pub struct ShardMetrics {
     stalls: Cell<u64>,
     stall_us_total: Cell<u64>,
     stall_us_max: Cell<u64>,
+    /// When this shard's io_uring driver last reaped received bytes ([`Self::note_received`];
+    /// None on glommio's sockets).
+    received_at: Cell<Option<Instant>>,
 }
 
 thread_local! {
@@ -162,7 +165,25 @@ impl ShardMetrics {
             stalls: Cell::new(0),
             stall_us_total: Cell::new(0),
             stall_us_max: Cell::new(0),
+            received_at: Cell::new(None),
         }
+    }
+
+    /// The io_uring driver reaped received bytes this turn: one clock read for every
+    /// connection whose bytes came in it (at 64 connections a turn carries many), where each
+    /// connection read the clock itself before. Called only when recording is on.
+    #[inline]
+    pub(crate) fn note_received(&self) {
+        self.received_at.set(Some(Instant::now()));
+    }
+
+    /// When the bytes a connection is about to handle arrived, or None when recording is
+    /// off: the driver's turn that reaped them (the latest turn that reaped any, which is no
+    /// earlier than this connection's), else the clock now.
+    #[inline]
+    pub fn received(&self) -> Option<Instant> {
+        self.enabled
+            .then(|| self.received_at.get().unwrap_or_else(Instant::now))
     }
 
     /// The clock, or None when recording is off (so a disabled shard never reads it).
@@ -355,6 +376,19 @@ impl MetricsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receive_is_timed_by_the_driver_turn_that_reaped_it() {
+        let off = ShardMetrics::new(0, false);
+        assert_eq!(off.received(), None, "off: no clock read");
+        let on = ShardMetrics::new(0, true);
+        let before = Instant::now();
+        assert!(on.received().unwrap() >= before, "no turn noted: the clock now");
+        on.note_received();
+        let turn = on.received().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(on.received(), Some(turn), "every receive of the turn shares its read");
+    }
 
     fn complete(tag: &str) -> Vec<u8> {
         let mut out = vec![b'D', 0, 0, 0, 6, 0, 0];

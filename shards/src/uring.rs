@@ -611,6 +611,8 @@ pub struct Driver {
     /// The earliest timer or accept retry, on the coarse scale (`Duration::MAX`: none). May be
     /// earlier than the truth (a cancelled timer); `fire_timers` recomputes it.
     next_due: Cell<Duration>,
+    /// The shard's metrics when recording is on: told once per turn that bytes came in.
+    metrics: Option<Rc<crate::metrics::ShardMetrics>>,
 }
 
 thread_local! {
@@ -667,6 +669,7 @@ impl Driver {
             spare_cpu: SpareCpu::new(),
             clock: CoarseScale::new(),
             next_due: Cell::new(Duration::MAX),
+            metrics: crate::metrics::current().filter(|m| m.enabled),
         });
         for i in 0..driver.listeners.borrow().len() {
             driver.arm_accept(i);
@@ -894,13 +897,17 @@ impl Driver {
         let mut ring = self.ring.borrow_mut();
         let mut n = 0;
         let mut gave_back = false;
+        let mut received = false;
         // Completions are copied out one at a time so handlers may queue new entries.
         while let Some(cqe) = ring.completion().next() {
             n += 1;
             let ud = cqe.user_data();
             let index = (ud >> 8) as usize;
             match ud & 0xff {
-                KIND_RECV => gave_back |= self.on_recv(index, &cqe),
+                KIND_RECV => {
+                    received |= cqe.result() > 0;
+                    gave_back |= self.on_recv(index, &cqe);
+                }
                 KIND_SEND => self.on_send(index, cqe.result()),
                 KIND_ACCEPT => self.on_accept(index, &cqe),
                 KIND_BELL => self.arm_bell(),
@@ -912,6 +919,9 @@ impl Driver {
             self.bufs.publish();
         }
         drop(ring);
+        if let (true, Some(metrics)) = (received, &self.metrics) {
+            metrics.note_received();
+        }
         n
     }
 
