@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -132,14 +131,7 @@ fn passwd(user: &str, password: &str, md5: bool) -> String {
     if md5 {
         cmd.arg("--md5");
     }
-    let mut child = cmd
-        .arg(user)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(cmd.arg(user), format!("{password}\n").as_bytes());
     assert!(out.status.success(), "ringwire passwd {user}: {out:?}");
     String::from_utf8(out.stdout).unwrap()
 }

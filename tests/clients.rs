@@ -272,7 +272,6 @@ async fn cancel_reaches_the_owning_shard() {
 /// 0A000 "not supported".
 #[test]
 fn psql_listen_and_notify_print_what_postgres_prints() {
-    use std::io::Write as _;
     let pg = common::postgres::Postgres::start();
     let rw = Ringwire::start(&[]);
     let script = r#"
@@ -307,21 +306,12 @@ notify ch, 'after discard all';
 select 'end';
 "#;
     let run = |host: &str, port: u16| {
-        let mut child = std::process::Command::new("psql")
-            .args(["-X", "-a", "-h", host, "-p", &port.to_string()])
-            .args(["-U", "postgres", "-d", "postgres", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run psql");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(script.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = common::output_with_stdin(
+            std::process::Command::new("psql")
+                .args(["-X", "-a", "-h", host, "-p", &port.to_string()])
+                .args(["-U", "postgres", "-d", "postgres", "-f", "-"]),
+            script.as_bytes(),
+        );
         // Process ids differ by nature; every notification here is the session's own.
         let pid = regex_free_pid_mask(&String::from_utf8_lossy(&out.stdout));
         (pid, String::from_utf8_lossy(&out.stderr).into_owned())

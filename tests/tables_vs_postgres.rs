@@ -21,7 +21,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::client::{connect_on_shard, connect_to};
 use common::postgres::Postgres;
@@ -750,29 +750,21 @@ async fn psql_copy(host: &str, port: u16, step: &str) -> Outcome {
     let (sql, data) = step.split_once('\n').unwrap_or((step, ""));
     let (sql, data, host) = (sql.to_owned(), data.to_owned(), host.to_owned());
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new("psql")
-            .args(["-h", &host, "-p", &port.to_string(), "-U", "postgres"])
-            .args([
-                "-d",
-                "postgres",
-                "-X",
-                "-v",
-                "VERBOSITY=sqlstate",
-                "-c",
-                &sql,
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run psql");
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().expect("psql stdin");
-            // psql may exit before reading all of it (an error at COPY start).
-            let _ = stdin.write_all(data.as_bytes());
-        }
-        let out = child.wait_with_output().expect("wait for psql");
+        // (psql may exit before reading all of the data: an error at COPY start.)
+        let out = common::output_with_stdin(
+            Command::new("psql")
+                .args(["-h", &host, "-p", &port.to_string(), "-U", "postgres"])
+                .args([
+                    "-d",
+                    "postgres",
+                    "-X",
+                    "-v",
+                    "VERBOSITY=sqlstate",
+                    "-c",
+                    &sql,
+                ]),
+            data.as_bytes(),
+        );
         let mut stdout: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|l| format!("stdout {l:?}"))

@@ -79,23 +79,13 @@ fn unix_socket_serves_psql_pgbench_and_tokio_postgres() {
         "a"
     );
 
-    let out = Command::new("pgbench")
-        .args(["-n", "-h", dir.arg(), "-p", &rw.port.to_string()])
-        .args(["-U", "postgres", "-c", "8", "-j", "2", "-T", "2"])
-        .args(["-f", "/dev/stdin", "postgres"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            child
-                .stdin
-                .take()
-                .expect("piped stdin")
-                .write_all(b"select v from over_unix where id = 1;\n")?;
-            child.wait_with_output()
-        })
-        .expect("run pgbench");
+    let out = common::output_with_stdin(
+        Command::new("pgbench")
+            .args(["-n", "-h", dir.arg(), "-p", &rw.port.to_string()])
+            .args(["-U", "postgres", "-c", "8", "-j", "2", "-T", "2"])
+            .args(["-f", "/dev/stdin", "postgres"]),
+        b"select v from over_unix where id = 1;\n",
+    );
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -1053,30 +1053,22 @@ async fn an_upstream_connection_killed_mid_transaction_fails_with_08006_and_the_
 }
 
 fn psql(port: u16, sql: &str, stdin: &str) -> String {
-    use std::io::Write;
-    let mut child = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-X",
-        ])
-        .args(["-v", "ON_ERROR_STOP=1", "-At", "-c", sql, "postgres"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run psql");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args([
+                "-U",
+                "postgres",
+                "-X",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-At",
+                "-c",
+                sql,
+            ])
+            .arg("postgres"),
+        stdin.as_bytes(),
+    );
     assert!(
         out.status.success(),
         "psql -c {sql:?}: {}",
@@ -1096,35 +1088,13 @@ fn psql_and_copy_from_stdin() {
         "x,y\n"
     );
     // A failing COPY reports PostgreSQL's error and the same session goes on.
-    let mut child = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &rw.port.to_string(),
-            "-U",
-            "postgres",
-            "-X",
-            "-At",
-        ])
-        .args([
-            "-c",
-            "copy c from stdin",
-            "-c",
-            "select count(*) from c",
-            "postgres",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"3\tz\nnot-a-number\tw\n").unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &rw.port.to_string()])
+            .args(["-U", "postgres", "-X", "-At", "-c", "copy c from stdin"])
+            .args(["-c", "select count(*) from c", "postgres"]),
+        b"3\tz\nnot-a-number\tw\n",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("invalid input syntax for type integer"),

@@ -383,11 +383,18 @@ mod tests {
         assert_eq!(off.received(), None, "off: no clock read");
         let on = ShardMetrics::new(0, true);
         let before = Instant::now();
-        assert!(on.received().unwrap() >= before, "no turn noted: the clock now");
+        assert!(
+            on.received().unwrap() >= before,
+            "no turn noted: the clock now"
+        );
         on.note_received();
         let turn = on.received().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(2));
-        assert_eq!(on.received(), Some(turn), "every receive of the turn shares its read");
+        assert_eq!(
+            on.received(),
+            Some(turn),
+            "every receive of the turn shares its read"
+        );
     }
 
     fn complete(tag: &str) -> Vec<u8> {

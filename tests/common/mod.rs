@@ -9,6 +9,22 @@ pub mod wire;
 
 use std::time::{Duration, Instant};
 
+/// Run `cmd` (psql, pgbench) with `stdin` as its input, to its end: its exit status and
+/// everything it wrote. A command that exits before reading all of it (psql refusing a COPY)
+/// is not an error here; its output says what happened.
+pub fn output_with_stdin(cmd: &mut std::process::Command, stdin: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let _ = child.stdin.take().expect("piped stdin").write_all(stdin);
+    child.wait_with_output().expect("wait for the command")
+}
+
 /// Run a set-up command to its end; panics naming `what`, with its output, unless it
 /// succeeds.
 pub fn succeed(what: &str, cmd: &mut std::process::Command) {
