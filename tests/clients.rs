@@ -354,14 +354,14 @@ async fn a_waiting_listener_hears_sessions_on_every_shard() {
     for server in ["postgres", "ringwire"] {
         let (listener, notifiers) = if server == "postgres" {
             let c = pg.connection_string();
-            let l = listening_client(&c).await;
+            let l = common::client::listening(&c).await;
             (l, vec![connect_to(&c).await, connect_to(&c).await])
         } else {
             // The listener on shard 0 (misses kept open, as `connect_on_shard` does), one
             // notifier on each shard.
             let mut misses = Vec::new();
             let l = loop {
-                let l = listening_client(&rw_conninfo).await;
+                let l = common::client::listening(&rw_conninfo).await;
                 if common::client::shard_of(&l.0).await == 0 {
                     break l;
                 }
@@ -378,20 +378,7 @@ async fn a_waiting_listener_hears_sessions_on_every_shard() {
             let row = n.query_one("select pg_backend_pid()", &[]).await.unwrap();
             pids.push(row.get::<_, i32>(0));
         }
-        let wait_for = |n: usize| {
-            let heard = heard.clone();
-            async move {
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while heard.lock().unwrap().len() < n && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                let heard = heard.lock().unwrap();
-                heard
-                    .iter()
-                    .map(|(_, line)| line.clone())
-                    .collect::<Vec<_>>()
-            }
-        };
+        let wait_for = |n| common::client::heard_lines(&heard, n);
         listener.batch_execute("listen jobs").await.unwrap();
         notifiers[0]
             .batch_execute("notify jobs, 'from the other shard'")
@@ -462,28 +449,6 @@ async fn a_waiting_listener_hears_sessions_on_every_shard() {
         transcripts[0]
     );
     assert_eq!(transcripts[1], transcripts[0], "ringwire, then PostgreSQL");
-}
-
-/// A session whose connection task records every notification as (sender pid, "channel:
-/// payload").
-async fn listening_client(
-    conninfo: &str,
-) -> (
-    tokio_postgres::Client,
-    std::sync::Arc<std::sync::Mutex<Vec<(i32, String)>>>,
-) {
-    let (client, mut conn) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = heard.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-            if let tokio_postgres::AsyncMessage::Notification(n) = m {
-                let line = format!("{}: {}", n.channel(), n.payload());
-                sink.lock().unwrap().push((n.process_id(), line));
-            }
-        }
-    });
-    (client, heard)
 }
 
 /// Between Execute and Sync an implicit transaction is open, and PostgreSQL holds a

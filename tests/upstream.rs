@@ -1313,25 +1313,6 @@ fn raw_exchange_until(
     got
 }
 
-/// A tokio-postgres session whose notifications are collected as they arrive (the connection
-/// task reads the socket on its own, so a notification is seen without a statement).
-async fn listening_session(
-    conninfo: &str,
-) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let (client, mut conn) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
-    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = got.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-            if let tokio_postgres::AsyncMessage::Notification(n) = m {
-                let line = format!("{}: {}", n.channel(), n.payload());
-                sink.lock().unwrap().push(line);
-            }
-        }
-    });
-    (client, got)
-}
-
 /// A client that LISTENs and then waits (as psycopg's `notifies()` or node-postgres'
 /// `notification` event do) gets each notification when it is sent, as from PostgreSQL:
 /// ringwire reads the pinned connection while the client is idle. Before, a notification
@@ -1343,7 +1324,7 @@ async fn a_listening_client_gets_notifications_without_asking() {
     let rw = start(&pg, "1", "2");
     let mut seen = Vec::new();
     for conninfo in [pg.connection_string(), rw.connection_string("postgres")] {
-        let (listener, got) = listening_session(&conninfo).await;
+        let (listener, got) = common::client::listening(&conninfo).await;
         let notifier = connect_to(&conninfo).await;
         listener.batch_execute("listen jobs").await.unwrap();
         notifier.batch_execute("notify jobs, 'one'").await.unwrap();
@@ -1351,16 +1332,7 @@ async fn a_listening_client_gets_notifications_without_asking() {
             .batch_execute("select pg_notify('jobs', 'two')")
             .await
             .unwrap();
-        let wait_for = |n: usize| {
-            let got = got.clone();
-            async move {
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while got.lock().unwrap().len() < n && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                got.lock().unwrap().clone()
-            }
-        };
+        let wait_for = |n| common::client::heard_lines(&got, n);
         assert_eq!(wait_for(2).await, ["jobs: one", "jobs: two"], "{conninfo}");
         listener.batch_execute("begin; select 1").await.unwrap();
         notifier

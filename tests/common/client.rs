@@ -171,3 +171,34 @@ pub async fn linearizability(
     );
     reads
 }
+
+/// What a [`listening`] session heard: (sender's process id, "channel: payload"), in order.
+pub type Heard = std::sync::Arc<std::sync::Mutex<Vec<(i32, String)>>>;
+
+/// A session on `conninfo` whose connection task records every notification it gets, as
+/// a client that LISTENs and then waits (psycopg's `notifies()`, node-postgres'
+/// `notification` event) sees them: without sending anything.
+pub async fn listening(conninfo: &str) -> (Client, Heard) {
+    let (client, mut conn) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
+    let heard = Heard::default();
+    let sink = heard.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let line = format!("{}: {}", n.channel(), n.payload());
+                sink.lock().unwrap().push((n.process_id(), line));
+            }
+        }
+    });
+    (client, heard)
+}
+
+/// The lines `heard` holds once it holds `n` (or after 5 s, whatever it holds then).
+pub async fn heard_lines(heard: &Heard, n: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while heard.lock().unwrap().len() < n && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let heard = heard.lock().unwrap();
+    heard.iter().map(|(_, line)| line.clone()).collect()
+}
