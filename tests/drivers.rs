@@ -163,9 +163,15 @@ fn story(driver: &str, host: &str, port: u16) -> Command {
     }
 }
 
-/// The story's lines; panics (with its output) if the driver failed.
-fn tell(driver: &str, server: &str, host: &str, port: u16) -> String {
+/// The story's lines; panics (with its output) if the driver failed. `listen`: the story ends
+/// with a second session that LISTENs and waits for two notifications from the first (left
+/// out where sessions of several drivers share two upstream connections: each listener pins
+/// one until it disconnects, and two listeners would leave their notifiers none).
+fn tell(driver: &str, server: &str, host: &str, port: u16, listen: bool) -> String {
     let mut cmd = story(driver, host, port);
+    if !listen {
+        cmd.env("STORY_NO_LISTEN", "1");
+    }
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{driver}: cannot run {cmd:?}: {e}"));
@@ -182,10 +188,15 @@ fn tell(driver: &str, server: &str, host: &str, port: u16) -> String {
 /// PostgreSQL: all three must be the same lines.
 fn same_story_everywhere(driver: &str) {
     let pg = Postgres::start();
-    let want = tell(driver, "PostgreSQL", "127.0.0.1", pg.port);
+    let want = tell(driver, "PostgreSQL", "127.0.0.1", pg.port, true);
     assert!(
         want.lines().count() >= 8,
         "{driver} told too short a story:\n{want}"
+    );
+    let heard = want.lines().find(|l| l.starts_with("notifies"));
+    assert!(
+        heard.is_some_and(|l| l.contains("hello") && l.contains("again")),
+        "{driver}'s listener did not hear PostgreSQL's notifications:\n{want}"
     );
     // JDBC speaks TCP only; the others use the test transport (TCP, or the Unix socket under
     // RINGWIRE_TEST_TRANSPORT=unix).
@@ -197,11 +208,17 @@ fn same_story_everywhere(driver: &str) {
         }
     };
     let rw = Ringwire::start(&[]);
-    let got = tell(driver, "ringwire", &host(&rw), rw.port);
+    let got = tell(driver, "ringwire", &host(&rw), rw.port, true);
     assert_eq!(got, want, "{driver}: ringwire (left) vs PostgreSQL (right)");
     let upstream = pg.url();
     let relay = Ringwire::start(&["--upstream", &upstream, "--upstream-pool-size", "2"]);
-    let got = tell(driver, "ringwire --upstream", &host(&relay), relay.port);
+    let got = tell(
+        driver,
+        "ringwire --upstream",
+        &host(&relay),
+        relay.port,
+        true,
+    );
     assert_eq!(
         got, want,
         "{driver}: ringwire --upstream (left) vs PostgreSQL (right)"
@@ -222,7 +239,7 @@ fn every_driver_at_once_through_two_upstream_connections() {
     let pg = Postgres::start();
     let want: Vec<String> = DRIVERS
         .iter()
-        .map(|d| tell(d, "PostgreSQL", "127.0.0.1", pg.port))
+        .map(|d| tell(d, "PostgreSQL", "127.0.0.1", pg.port, false))
         .collect();
     let upstream = pg.url();
     let relay = Ringwire::start(&[
@@ -238,7 +255,15 @@ fn every_driver_at_once_through_two_upstream_connections() {
         let runs: Vec<_> = DRIVERS
             .iter()
             .map(|d| {
-                scope.spawn(move || tell(d, "ringwire --upstream, all at once", "127.0.0.1", port))
+                scope.spawn(move || {
+                    tell(
+                        d,
+                        "ringwire --upstream, all at once",
+                        "127.0.0.1",
+                        port,
+                        false,
+                    )
+                })
             })
             .collect();
         runs.into_iter().map(|r| r.join().unwrap()).collect()

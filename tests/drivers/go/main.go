@@ -114,6 +114,31 @@ func main() {
 		*ia[0], ia[1] == nil, ta, u, js, iv, i8, i2, f4)
 	_, err = conn.Exec(ctx, "drop table drv_pgx")
 	must(err)
+	if os.Getenv("STORY_NO_LISTEN") == "" {
+		// A second connection LISTENs and waits in WaitForNotification: it hears both
+		// notifications. (Not their sender's process id: through --upstream that is an
+		// upstream backend's.)
+		l, err := pgx.Connect(ctx, "host="+os.Args[1]+" port="+os.Args[2]+" user=postgres dbname=postgres sslmode=disable")
+		must(err)
+		_, err = l.Exec(ctx, "listen drv_pgx_ch")
+		must(err)
+		_, err = conn.Exec(ctx, "notify drv_pgx_ch, 'hello'")
+		must(err)
+		_, err = conn.Exec(ctx, "select pg_notify('drv_pgx_ch', 'again')")
+		must(err)
+		var heard []string
+		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		for len(heard) < 2 {
+			n, err := l.WaitForNotification(wait)
+			if err != nil {
+				break
+			}
+			heard = append(heard, n.Channel+" "+n.Payload)
+		}
+		cancel()
+		fmt.Println("notifies", heard)
+		must(l.Close(ctx))
+	}
 }
 
 func deref(s *string) string {

@@ -10,6 +10,8 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
+import org.postgresql.PGConnection;
+import org.postgresql.PGNotification;
 import org.postgresql.util.PSQLException;
 
 public class JdbcStory {
@@ -80,6 +82,25 @@ public class JdbcStory {
             }
             System.out.println("metadata " + c.getMetaData().getDatabaseProductName());
             s.execute("drop table drv_jdbc");
+            if (System.getenv("STORY_NO_LISTEN") == null) {
+                // A second connection LISTENs, then waits in getNotifications(timeout): it hears
+                // both notifications. (Not their sender's process id: through --upstream that is
+                // an upstream backend's.)
+                try (Connection l = DriverManager.getConnection(url)) {
+                    l.createStatement().execute("listen drv_jdbc_ch");
+                    s.execute("notify drv_jdbc_ch, 'hello'");
+                    s.execute("select pg_notify('drv_jdbc_ch', 'again')");
+                    List<String> heard = new ArrayList<>();
+                    long deadline = System.currentTimeMillis() + 5000;
+                    while (heard.size() < 2 && System.currentTimeMillis() < deadline) {
+                        PGNotification[] got = l.unwrap(PGConnection.class).getNotifications(500);
+                        for (PGNotification n : got == null ? new PGNotification[0] : got) {
+                            heard.add(n.getName() + " " + n.getParameter());
+                        }
+                    }
+                    System.out.println("notifies " + heard);
+                }
+            }
         }
     }
 }

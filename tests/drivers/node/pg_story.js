@@ -49,6 +49,26 @@ async function main(host, port) {
   await theirs.close();
   await d.end();
   await c.query('drop table drv_node');
+  if (!process.env.STORY_NO_LISTEN) {
+    // A second client's 'notification' event hears both notifications while that client
+    // sends nothing. (Not their sender's process id: through --upstream that is an upstream
+    // backend's.)
+    const l = new Client({ host, port, user: 'postgres', database: 'postgres' });
+    await l.connect();
+    const heard = [];
+    const both = new Promise((resolve) => {
+      l.on('notification', (n) => {
+        heard.push([n.channel, n.payload]);
+        if (heard.length === 2) resolve();
+      });
+    });
+    await l.query('listen drv_node_ch');
+    await c.query("notify drv_node_ch, 'hello'");
+    await c.query("select pg_notify('drv_node_ch', 'again')");
+    await Promise.race([both, new Promise((resolve) => setTimeout(resolve, 5000))]);
+    console.log('notifies', JSON.stringify(heard));
+    await l.end();
+  }
   await c.end();
 }
 

@@ -3,6 +3,7 @@ binary formats, prepared statements for everything). Usage: asyncpg_story.py HOS
 import asyncio
 import datetime
 import decimal
+import os
 import sys
 import uuid
 
@@ -65,6 +66,28 @@ async def main(host, port):
     )
     print("types", list(row.values()))
     await conn.execute("drop table drv_asyncpg")
+    if not os.environ.get("STORY_NO_LISTEN"):
+        # A second session's add_listener callback hears both notifications without a
+        # statement of its own. (Not their sender's process id: through --upstream that is
+        # an upstream backend's.)
+        listener = await asyncpg.connect(host=host, port=port, user="postgres", database="postgres")
+        heard = []
+        both = asyncio.Event()
+
+        def on_notify(_conn, pid, channel, payload):
+            heard.append((channel, payload))
+            if len(heard) == 2:
+                both.set()
+
+        await listener.add_listener("drv_asyncpg_ch", on_notify)
+        await conn.execute("notify drv_asyncpg_ch, 'hello'")
+        await conn.execute("select pg_notify('drv_asyncpg_ch', 'again')")
+        try:
+            await asyncio.wait_for(both.wait(), 5)
+        except asyncio.TimeoutError:
+            pass
+        print("notifies", heard)
+        await listener.close()
     await conn.close()
 
 

@@ -2,6 +2,7 @@
 step, compared line by line between PostgreSQL and ringwire. Usage: psycopg_story.py HOST PORT."""
 import datetime
 import decimal
+import os
 import sys
 import uuid
 
@@ -77,4 +78,19 @@ cur.execute("select count(*) from drv_psycopg")
 print("autocommit", cur.fetchone(), conn.info.transaction_status.name)
 cur.execute("drop table drv_psycopg")
 print("encoding", conn.info.parameter_status("server_encoding"), conn.info.encoding)
+if not os.environ.get("STORY_NO_LISTEN"):
+    # A second session LISTENs and only waits in notifies(); it hears both notifications.
+    # (Not their sender's process id: through --upstream that is an upstream backend's.)
+    listener = psycopg.connect(
+        host=sys.argv[1], port=int(sys.argv[2]), user="postgres", dbname="postgres", autocommit=True
+    )
+    listener.execute("listen drv_psycopg_ch")
+    cur.execute("notify drv_psycopg_ch, 'hello'")
+    cur.execute("select pg_notify('drv_psycopg_ch', 'again')")
+    heard = [
+        (n.channel, n.payload)
+        for n in listener.notifies(timeout=5, stop_after=2)
+    ]
+    print("notifies", heard)
+    listener.close()
 conn.close()
