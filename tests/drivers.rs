@@ -198,6 +198,11 @@ fn same_story_everywhere(driver: &str) {
         heard.is_some_and(|l| l.contains("hello") && l.contains("again")),
         "{driver}'s listener did not hear PostgreSQL's notifications:\n{want}"
     );
+    let own = want.lines().find(|l| l.starts_with("own notification"));
+    assert!(
+        own.is_some_and(|l| l.to_lowercase().contains("true")),
+        "{driver}: PostgreSQL's own notification did not name the listener's pid:\n{want}"
+    );
     // JDBC speaks TCP only; the others use the test transport (TCP, or the Unix socket under
     // RINGWIRE_TEST_TRANSPORT=unix).
     let host = |rw: &Ringwire| {

@@ -233,6 +233,8 @@ pub struct Session {
     parameters: Parameters,
     /// Tells this session's queued Parses from other clients' on a shared connection.
     id: u64,
+    /// The process id ringwire gave the client (its BackendKeyData).
+    client_pid: i32,
     server: Option<ServerConn>,
     /// The reply buffer a share of a pipe reads into, kept between units.
     spare_buf: Option<ReplyBuf>,
@@ -509,6 +511,7 @@ impl Session {
         let primary = shard.pool(Host::Primary, &key);
         let mut session = Session {
             id: shard.session_id(),
+            client_pid: start.process_id,
             parameters: shard.parameters.clone(),
             key,
             credential,
@@ -787,6 +790,20 @@ impl Drop for Session {
     fn drop(&mut self) {
         let clients = &self.shard.counters.clients;
         clients.set(clients.get().saturating_sub(1));
+    }
+}
+
+/// Pass on a notice or a notification. A notification the session's own upstream backend
+/// sent (its NOTIFY, heard by its own LISTEN: the session is pinned, so that backend is its
+/// alone) names that backend's process id, which the client never saw: it gets the one
+/// ringwire gave it in BackendKeyData, which is what it compares with to skip its own
+/// notifications (libpq's `PQbackendPID`, as PostgreSQL's NOTIFY documentation suggests).
+/// Other sessions' notifications keep their upstream backends' ids, as through PgBouncer.
+fn relay_unasked(out: &mut Vec<u8>, raw: &[u8], upstream_pid: i32, client_pid: i32) {
+    let at = out.len();
+    out.extend_from_slice(raw);
+    if raw.first() == Some(&b'A') && raw.get(5..9) == Some(&upstream_pid.to_be_bytes()[..]) {
+        out[at + 5..at + 9].copy_from_slice(&client_pid.to_be_bytes());
     }
 }
 
@@ -1302,7 +1319,9 @@ impl Session {
                 };
                 let raw = &server.buf.data()[..len];
                 match tag {
-                    b'A' | b'N' => out.extend_from_slice(raw),
+                    b'A' | b'N' => {
+                        relay_unasked(out, raw, server.process_id, self.client_pid);
+                    }
                     b'S' => {
                         if news(&mut self.shown, raw) {
                             out.extend_from_slice(raw);
@@ -2497,7 +2516,7 @@ impl Session {
             // Asynchronous messages: notices, parameter changes, notifications.
             (b'N' | b'A', _) => {
                 if emit {
-                    out.extend_from_slice(raw);
+                    relay_unasked(out, raw, server.process_id, self.client_pid);
                 }
                 return false;
             }

@@ -135,6 +135,13 @@ func main() {
 			}
 			heard = append(heard, n.Channel+" "+n.Payload)
 		}
+		// Its own notification names its own process id, by which a client skips its own
+		// work bouncing back (PostgreSQL's NOTIFY documentation).
+		_, err = l.Exec(ctx, "notify drv_pgx_ch, 'mine'")
+		must(err)
+		if n, err := l.WaitForNotification(wait); err == nil {
+			fmt.Println("own notification", n.Payload, n.PID == l.PgConn().PID())
+		}
 		cancel()
 		fmt.Println("notifies", heard)
 		must(l.Close(ctx))

@@ -99,6 +99,14 @@ public class JdbcStory {
                         }
                     }
                     System.out.println("notifies " + heard);
+                    // Its own notification names its own process id, by which a client skips its
+                    // own work bouncing back (PostgreSQL's NOTIFY documentation).
+                    l.createStatement().execute("notify drv_jdbc_ch, 'mine'");
+                    int own = l.unwrap(PGConnection.class).getBackendPID();
+                    PGNotification[] mine = l.unwrap(PGConnection.class).getNotifications(5000);
+                    for (PGNotification n : mine == null ? new PGNotification[0] : mine) {
+                        System.out.println("own notification " + n.getParameter() + " " + (n.getPID() == own));
+                    }
                 }
             }
         }

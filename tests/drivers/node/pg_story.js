@@ -56,8 +56,15 @@ async function main(host, port) {
     const l = new Client({ host, port, user: 'postgres', database: 'postgres' });
     await l.connect();
     const heard = [];
+    const own = [];
     const both = new Promise((resolve) => {
       l.on('notification', (n) => {
+        if (n.payload === 'mine') {
+          // Its own notification names its own process id, by which a client skips its own
+          // work bouncing back (PostgreSQL's NOTIFY documentation).
+          own.push(n.processId === l.processID);
+          return;
+        }
         heard.push([n.channel, n.payload]);
         if (heard.length === 2) resolve();
       });
@@ -67,6 +74,8 @@ async function main(host, port) {
     await c.query("select pg_notify('drv_node_ch', 'again')");
     await Promise.race([both, new Promise((resolve) => setTimeout(resolve, 5000))]);
     console.log('notifies', JSON.stringify(heard));
+    await l.query("notify drv_node_ch, 'mine'");
+    console.log('own notification', JSON.stringify(own));
     await l.end();
   }
   await c.end();

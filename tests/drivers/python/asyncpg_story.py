@@ -74,7 +74,14 @@ async def main(host, port):
         heard = []
         both = asyncio.Event()
 
-        def on_notify(_conn, pid, channel, payload):
+        own = []
+
+        def on_notify(listening, pid, channel, payload):
+            if payload == "mine":
+                # Its own notification names its own process id, by which a client skips
+                # its own work bouncing back (PostgreSQL's NOTIFY documentation).
+                own.append(pid == listening.get_server_pid())
+                return
             heard.append((channel, payload))
             if len(heard) == 2:
                 both.set()
@@ -87,6 +94,9 @@ async def main(host, port):
         except asyncio.TimeoutError:
             pass
         print("notifies", heard)
+        await listener.execute("notify drv_asyncpg_ch, 'mine'")
+        await asyncio.sleep(0)
+        print("own notification", own)
         await listener.close()
     await conn.close()
 

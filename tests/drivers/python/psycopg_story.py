@@ -92,5 +92,11 @@ if not os.environ.get("STORY_NO_LISTEN"):
         for n in listener.notifies(timeout=5, stop_after=2)
     ]
     print("notifies", heard)
+    # Its own notification names its own process id (libpq's PQbackendPID), by which a
+    # client skips its own work bouncing back, as PostgreSQL's documentation suggests.
+    own = []
+    listener.add_notify_handler(lambda n: own.append((n.payload, n.pid == listener.info.backend_pid)))
+    listener.execute("notify drv_psycopg_ch, 'mine'")
+    print("own notification", own)
     listener.close()
 conn.close()
