@@ -468,8 +468,9 @@ fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
         .1
         .parse::<u16>()
         .unwrap();
-    // Every message's tag until ReadyForQuery, or until `quiet` passes with nothing more.
-    fn tags(stream: &mut std::net::TcpStream, quiet: Duration) -> String {
+    // Every message's tag until ReadyForQuery or the `upto`th message, or until `quiet`
+    // passes with nothing more.
+    fn tags(stream: &mut std::net::TcpStream, upto: usize, quiet: Duration) -> String {
         let mut got = String::new();
         let mut buf = Vec::new();
         stream.set_read_timeout(Some(quiet)).unwrap();
@@ -478,7 +479,7 @@ fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
                 let tag = frame.tag;
                 got.push(tag as char);
                 buf.drain(..n);
-                if tag == b'Z' {
+                if tag == b'Z' || got.len() == upto {
                     return got;
                 }
             }
@@ -495,10 +496,10 @@ fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let msg = common::wire::startup_message(&[("user", "postgres"), ("database", "postgres")]);
         s.write_all(&msg).unwrap();
-        let login = tags(&mut s, Duration::from_secs(10));
+        let login = tags(&mut s, usize::MAX, Duration::from_secs(10));
         s.write_all(&common::wire::simple_query("listen mid"))
             .unwrap();
-        let listen = tags(&mut s, Duration::from_secs(10));
+        let listen = tags(&mut s, usize::MAX, Duration::from_secs(10));
         assert!(login.ends_with('Z') && listen == "CZ", "{login} {listen}");
         let mut msg = Vec::new();
         frontend::encode_parse(&mut msg, "", "select 1", &[]);
@@ -506,7 +507,8 @@ fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
         frontend::encode_execute(&mut msg, "", 0);
         frontend::encode_empty(&mut msg, b'H');
         s.write_all(&msg).unwrap();
-        let before = tags(&mut s, Duration::from_millis(500));
+        // (ParseComplete, BindComplete, DataRow, CommandComplete: however slow the machine.)
+        let before = tags(&mut s, 4, Duration::from_secs(10));
         let notify = std::process::Command::new("psql")
             .args([
                 "-X",
@@ -521,11 +523,11 @@ fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
             .output()
             .unwrap();
         assert!(notify.status.success(), "{notify:?}");
-        let during = tags(&mut s, Duration::from_millis(500));
+        let during = tags(&mut s, usize::MAX, Duration::from_millis(500));
         let mut msg = Vec::new();
         frontend::encode_empty(&mut msg, b'S');
         s.write_all(&msg).unwrap();
-        let at_sync = tags(&mut s, Duration::from_secs(10));
+        let at_sync = tags(&mut s, usize::MAX, Duration::from_secs(10));
         seen.push(format!(
             "before: {before}; during: {during}; at Sync: {at_sync}"
         ));
