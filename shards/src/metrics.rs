@@ -186,13 +186,7 @@ impl ShardMetrics {
             .then(|| self.received_at.get().unwrap_or_else(Instant::now))
     }
 
-    /// The clock, or None when recording is off (so a disabled shard never reads it).
-    #[inline]
-    pub fn start(&self) -> Option<Instant> {
-        self.enabled.then(Instant::now)
-    }
-
-    /// A statement that started at `started` (from [`ShardMetrics::start`]) finished.
+    /// A statement that started at `started` (from [`ShardMetrics::received`]) finished.
     #[inline]
     pub fn record_statement(&self, started: Option<Instant>, protocol: Protocol, kind: Kind) {
         if let Some(started) = started {
@@ -460,7 +454,7 @@ mod tests {
             for _ in 0..n {
                 // What conn.rs does per statement read, run and flushed.
                 m.record_bytes_in(std::hint::black_box(60));
-                let received = m.start();
+                let received = m.received();
                 if let Some(since) = received {
                     let now = Instant::now();
                     let kind = kind_of_reply(std::hint::black_box(&reply), 0);
@@ -495,7 +489,7 @@ mod tests {
         assert_eq!(m.errors, vec![("42601".to_string(), 2)]);
         assert_eq!(m.shards, 2);
         let off = ShardMetrics::new(2, false);
-        off.record_statement(off.start(), Protocol::Simple, Kind::Select);
+        off.record_statement(off.received(), Protocol::Simple, Kind::Select);
         assert_eq!(off.snapshot().statements[i], 0);
     }
 }
