@@ -18,7 +18,7 @@ Starts a release ringwire (`--shards 2`, free port, loopback) and runs, all at o
                 pg_sleep, right after sending, half-way through a message
   garbage       random bytes as startup, random bytes after startup, impossible lengths,
                 unknown message tags, bodies that do not parse
-  probes        one connection per shard (found by BackendKeyData: pid >> 22 is the shard)
+  probes        one connection per shard (found by BackendKeyData: (pid >> 22) - 1 is the shard)
                 sending `select 1` every 10 ms from a separate process, one thread per shard:
                 the max and p99 latency per shard is the longest a shard stalled
 
@@ -263,6 +263,11 @@ class Conn:
 KV_ROWS = 1000
 BIG_ROWS = 2000  # of 1 KB: a 2 MB result
 SHARD_BITS = 22
+
+
+def shard_of(pid):
+    """The shard that handed out a process id: ringwire's ids are (shard + 1) << 22 | serial."""
+    return (pid >> SHARD_BITS) - 1
 
 
 class Stats:
@@ -564,7 +569,7 @@ def probe_process(port, shards, seconds, interval_s, out_queue):
                     done = True
             if done:
                 break
-        shard = pid >> SHARD_BITS
+        shard = shard_of(pid)
         if shard in conns:
             spares.append(s)
         else:
@@ -695,7 +700,7 @@ async def after_check(port, shards):
         rows, err = await conn.simple("select 1", timeout=10)
         if err or rows != [["1"]]:
             raise QueryError(f"after the run: {rows} {err}")
-        seen.add(conn.pid >> SHARD_BITS)
+        seen.add(shard_of(conn.pid))
         conn.close()
         if len(seen) == shards:
             break

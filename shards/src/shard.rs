@@ -20,14 +20,23 @@ pub(crate) struct CancelMessage {
     pub secret_key: i32,
 }
 
-/// Process ids carry the owning shard in their high bits: `shard << SHARD_SHIFT | serial`.
-/// The top bit stays clear so ids are positive, as PostgreSQL's are.
+/// Process ids carry the owning shard in their high bits: `(shard + 1) << SHARD_SHIFT | serial`.
+/// The top bit stays clear so ids are positive, as PostgreSQL's are. The `+ 1` keeps every id
+/// at or above 2^22, Linux's largest possible pid (`PID_MAX_LIMIT` on 64-bit): through
+/// `--upstream`, a notification carries the sending backend's real pid, and a client that
+/// skips notifications naming its own BackendKeyData pid must never skip another session's.
 const SHARD_SHIFT: u32 = 22;
 const SERIAL_MASK: u32 = (1 << SHARD_SHIFT) - 1;
-pub const MAX_SHARDS: usize = 1 << (31 - SHARD_SHIFT);
+pub const MAX_SHARDS: usize = (1 << (31 - SHARD_SHIFT)) - 1;
 
+fn process_id(shard: usize, serial: u32) -> i32 {
+    ((shard as u32 + 1) << SHARD_SHIFT | serial) as i32
+}
+
+/// The shard that handed out `process_id`; an id ringwire never hands out (below 2^22, or
+/// negative) maps past every shard.
 pub fn shard_of_process_id(process_id: i32) -> usize {
-    (process_id as u32 >> SHARD_SHIFT) as usize
+    (process_id as u32 >> SHARD_SHIFT).wrapping_sub(1) as usize
 }
 
 pub(crate) struct Shard<E: Engine> {
@@ -81,7 +90,7 @@ impl<E: Engine> Shard<E> {
             if serial == 0 {
                 continue;
             }
-            let pid = ((self.id as u32) << SHARD_SHIFT | serial) as i32;
+            let pid = process_id(self.id, serial);
             if !cancels.contains_key(&pid) {
                 return pid;
             }
@@ -249,6 +258,26 @@ pub(crate) fn fill_random(buf: &mut [u8]) {
             filled += n as usize;
         } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             panic!("getrandom failed: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_ids_stay_above_every_linux_pid_and_name_their_shard() {
+        for shard in [0, 1, MAX_SHARDS - 1] {
+            for serial in [1, SERIAL_MASK] {
+                let pid = process_id(shard, serial);
+                assert!(pid >= 1 << 22, "{pid} could be an upstream backend's pid");
+                assert_eq!(shard_of_process_id(pid), shard);
+            }
+        }
+        // Ids ringwire never hands out name no shard, so their cancels go nowhere.
+        for pid in [0, 1, (1 << 22) - 1, -1, i32::MIN] {
+            assert!(shard_of_process_id(pid) >= MAX_SHARDS, "{pid}");
         }
     }
 }
