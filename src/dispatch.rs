@@ -57,7 +57,7 @@ use crate::compute::exec::{self, ScanCursor};
 use crate::compute::storage::{Table, View};
 use crate::compute::{IndexDef, TableDef, TableId, TableRef, Timestamp, TxId};
 use crate::replica::{Fallback, Replica, ReplicaBatch, ReplicaEvent, TableWrites};
-use crate::sql::expr::SessionInfo;
+use crate::sql::expr::{SessionInfo, Stamps};
 use crate::sql::plan::{self, TablePlan};
 use crate::stats::{self, Counters, Hist, ShardStats};
 
@@ -161,11 +161,11 @@ pub struct SessionSnapshot {
     pub process_id: i32,
 }
 
-/// A [`SessionSnapshot`] with the statement's start time: what expressions evaluated by the
+/// A [`SessionSnapshot`] with the statement's start times: what expressions evaluated by the
 /// compute see of their session.
 pub struct StatementSession<'a> {
     pub session: &'a SessionSnapshot,
-    pub statement_timestamp_us: i64,
+    pub stamps: Stamps,
 }
 
 impl SessionInfo for StatementSession<'_> {
@@ -186,8 +186,8 @@ impl SessionInfo for StatementSession<'_> {
     fn backend_pid(&self) -> i32 {
         self.session.process_id
     }
-    fn statement_timestamp_us(&self) -> i64 {
-        self.statement_timestamp_us
+    fn stamps(&self) -> Stamps {
+        self.stamps
     }
 }
 
@@ -221,7 +221,7 @@ pub enum Request {
         params: Params,
         read: ReadSpec,
         session: Arc<SessionSnapshot>,
-        statement_timestamp_us: i64,
+        stamps: Stamps,
         formats: Formats,
         rows: Vec<u8>,
         /// A result produced in chunks: where this chunk resumes (see [`exec::select_chunk`]);
@@ -236,7 +236,7 @@ pub enum Request {
         params: Params,
         copy_rows: Vec<Vec<Value>>,
         session: Arc<SessionSnapshot>,
-        statement_timestamp_us: i64,
+        stamps: Stamps,
         formats: Formats,
         autocommit: bool,
     },
@@ -676,14 +676,14 @@ impl Compute {
                 params,
                 read,
                 session,
-                statement_timestamp_us,
+                stamps,
                 formats,
                 mut rows,
                 mut cursor,
             } => {
                 let session = StatementSession {
                     session: &session,
-                    statement_timestamp_us,
+                    stamps,
                 };
                 Handled::Now(
                     self.peek_into(
@@ -731,13 +731,13 @@ impl Compute {
                 params,
                 copy_rows,
                 session,
-                statement_timestamp_us,
+                stamps,
                 formats,
                 autocommit,
             } => {
                 let session = StatementSession {
                     session: &session,
-                    statement_timestamp_us,
+                    stamps,
                 };
                 let result = self
                     .write(tx, &plan, &params, copy_rows, &session, &formats)

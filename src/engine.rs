@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use bumpalo::Bump;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use protocol::backend::{self, FieldDescription, TransactionStatus};
 use protocol::frontend::{Bind, Oids};
@@ -31,11 +31,12 @@ use crate::dispatch::{
 };
 use crate::notify::{self, Listeners, SessionNotify};
 use crate::settings::{Isolation, Settings};
-use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo};
+use crate::sql::expr::{self, ConstSelect, EvalEnv, PlanCtx, SessionInfo, Stamps};
 use crate::sql::lift::{self, Literal};
 use crate::sql::plan::{self as table_plan, TablePlan};
 use crate::stats::{self, Counters, ShardStats};
 use shards::runtime::Mesh;
+use shards::time::StatementClock;
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -154,9 +155,6 @@ struct PortalScan {
     cursor: ScanCursor,
     read: ReadSpec,
     hold: Option<SnapshotHold>,
-    /// The statement's timestamp (now(), statement_timestamp()) taken at its first Execute:
-    /// every later Execute of the portal evaluates with it, whatever ran in between.
-    statement_timestamp_us: i64,
 }
 
 pub struct Session {
@@ -166,7 +164,11 @@ pub struct Session {
     user: String,
     database: String,
     process_id: i32,
-    statement_timestamp_us: i64,
+    /// The running statement's start times (see [`Session::start_statement`]).
+    stamps: Stamps,
+    /// When the session's transaction (a block, or an implicit one) started; None between
+    /// transactions.
+    transaction_started_us: Option<i64>,
     /// What the compute needs of this session, shared with every request it sends; replaced
     /// when the text settings change.
     peek_session: Arc<SessionSnapshot>,
@@ -209,6 +211,19 @@ impl Session {
         self.refresh_peek_session();
         self.peek_session.clone()
     }
+
+    /// A statement starts. As in PostgreSQL, its `statement_timestamp()` is when its protocol
+    /// message arrived: an Execute's own time, or for every statement of a Query's text the
+    /// time [`Frontend::simple_query`] took. Its `now()` is its transaction's first
+    /// statement's, until COMMIT/ROLLBACK or the end of the implicit transaction forgets it.
+    fn start_statement(&mut self, clock: StatementClock<'_>) {
+        if !self.in_simple_query {
+            self.stamps.statement_us = pg_us(clock.start_us());
+        }
+        self.stamps.transaction_us = *self
+            .transaction_started_us
+            .get_or_insert(self.stamps.statement_us);
+    }
 }
 
 /// The table a write plan changes, if it names one by id.
@@ -246,18 +261,15 @@ impl SessionInfo for Session {
     fn backend_pid(&self) -> i32 {
         self.process_id
     }
-    fn statement_timestamp_us(&self) -> i64 {
-        self.statement_timestamp_us
+    fn stamps(&self) -> Stamps {
+        self.stamps
     }
 }
 
-/// Microseconds since 2000-01-01 UTC (PostgreSQL's epoch).
-fn now_pg_us() -> i64 {
+/// Microseconds since 2000-01-01 UTC (PostgreSQL's epoch) from microseconds since 1970's.
+fn pg_us(unix_us: i64) -> i64 {
     const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
-    let since_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    since_unix.as_micros() as i64 - PG_EPOCH_UNIX_SECS * 1_000_000
+    unix_us - PG_EPOCH_UNIX_SECS * 1_000_000
 }
 
 /// The per-shard engine: plan cache, catalog copy, the way to the compute, and the snapshots
@@ -1226,6 +1238,7 @@ impl Frontend {
             .settings
             .end_transaction(commit, &mut session.reports);
         self.end_notify(session, commit);
+        session.transaction_started_us = None;
         *cx.tx = TransactionStatus::Idle;
         Ok(if commit { "COMMIT" } else { "ROLLBACK" })
     }
@@ -1310,7 +1323,7 @@ impl Frontend {
         let in_block = *cx.tx != TransactionStatus::Idle;
         let can_flush = cx.can_flush();
         let session = &mut *cx.session;
-        session.statement_timestamp_us = now_pg_us();
+        session.start_statement(cx.clock);
         if written_table(plan).is_some_and(stats::is_virtual) {
             return Err(PgError::new(
                 SqlState::FEATURE_NOT_SUPPORTED,
@@ -1407,7 +1420,7 @@ impl Frontend {
                     params: params.iter().cloned().collect(),
                     copy_rows: Vec::new(),
                     session: session.peek_session(),
-                    statement_timestamp_us: session.statement_timestamp_us,
+                    stamps: session.stamps,
                     formats: formats.iter().copied().collect(),
                     autocommit,
                 };
@@ -1490,7 +1503,7 @@ impl Frontend {
             session.refresh_peek_session();
             let info = StatementSession {
                 session: &session.peek_session,
-                statement_timestamp_us: session.statement_timestamp_us,
+                stamps: session.stamps,
             };
             return compute.peek_into(plan, params, read, &info, formats, target, chunk);
         }
@@ -1514,7 +1527,7 @@ impl Frontend {
             params: params.iter().cloned().collect(),
             read,
             session: session.peek_session(),
-            statement_timestamp_us: session.statement_timestamp_us,
+            stamps: session.stamps,
             formats: formats.iter().copied().collect(),
             rows: self.dispatcher.rows_buffer(),
             cursor: chunk.as_deref().copied(),
@@ -1656,21 +1669,20 @@ impl Frontend {
         let plan = Self::table_plan(&statement)?
             .expect("portal_streams checked the plan")
             .clone();
+        // Every Execute is a statement start, a resumed portal's too (its rows see the new
+        // statement_timestamp(), and its transaction's now(), as in PostgreSQL).
+        cx.session.start_statement(cx.clock);
         if portal.scan.is_none() {
             let in_block = *cx.tx != TransactionStatus::Idle;
-            cx.session.statement_timestamp_us = now_pg_us();
             self.begin_block(cx.session, in_block);
             let read = self.select_read(cx.session);
             portal.scan = Some(PortalScan {
                 cursor: ScanCursor::default(),
                 read,
                 hold: None,
-                statement_timestamp_us: cx.session.statement_timestamp_us,
             });
         }
         let scan = portal.scan.as_mut().expect("set above");
-        // A resumed portal continues its statement: its rows see that statement's now().
-        cx.session.statement_timestamp_us = scan.statement_timestamp_us;
         let from = scan.cursor.produced;
         let pause_at = if max_rows == 0 {
             u64::MAX
@@ -1752,7 +1764,7 @@ impl Frontend {
         session.refresh_peek_session();
         let info = StatementSession {
             session: &session.peek_session,
-            statement_timestamp_us: session.statement_timestamp_us,
+            stamps: session.stamps,
         };
         self.dispatcher
             .replica_peek(plan, params, read, &info, formats, out, chunk)
@@ -1802,7 +1814,7 @@ impl Frontend {
         session.refresh_peek_session();
         let info = StatementSession {
             session: &session.peek_session,
-            statement_timestamp_us: session.statement_timestamp_us,
+            stamps: session.stamps,
         };
         let mark = out.len();
         dispatch::run_select(
@@ -1858,7 +1870,7 @@ impl Frontend {
                     Some(Err(e)) => return Err(e.clone()),
                     _ => planned,
                 };
-                session.statement_timestamp_us = now_pg_us();
+                session.start_statement(cx.clock);
                 let session = &*session;
                 let ctx = session.settings.text_context();
                 let out = &mut *cx.out;
@@ -1982,6 +1994,8 @@ impl Frontend {
                     );
                 } else {
                     *cx.tx = TransactionStatus::InBlock;
+                    // The block's now() is BEGIN's time (or its implicit transaction's).
+                    session.start_statement(cx.clock);
                 }
                 for (name, value) in modes {
                     session
@@ -2295,7 +2309,8 @@ impl Engine for Frontend {
             user: start.user.to_string(),
             database: start.database.to_string(),
             process_id: start.process_id,
-            statement_timestamp_us: 0,
+            stamps: Stamps::default(),
+            transaction_started_us: None,
             peek_session,
             block: None,
             pending_copy: None,
@@ -2311,6 +2326,8 @@ impl Engine for Frontend {
     }
 
     async fn simple_query(&self, cx: &mut Cx<'_, Self>, sql: &str) -> Result<(), PgError> {
+        // One Query message is one statement start for every statement its text holds.
+        cx.session.stamps.statement_us = pg_us(cx.clock.start_us());
         cx.session.in_simple_query = true;
         let result = self.simple_query_inner(cx, sql).await;
         cx.session.in_simple_query = false;
@@ -2341,8 +2358,8 @@ impl Engine for Frontend {
                 "COPY data for a non-COPY statement",
             ));
         };
+        // The COPY statement's start times (taken when its Query ran) stand for its rows.
         let session = &mut *cx.session;
-        session.statement_timestamp_us = now_pg_us();
         let ctx = session.settings.text_context();
         let rows = if format.csv {
             exec::parse_copy_csv(&data, table, columns, format.header, ctx)?
@@ -2362,7 +2379,7 @@ impl Engine for Frontend {
             params: Params::new(),
             copy_rows: rows,
             session: session.peek_session(),
-            statement_timestamp_us: session.statement_timestamp_us,
+            stamps: session.stamps,
             formats: Formats::new(),
             autocommit,
         };
@@ -2600,6 +2617,7 @@ impl Engine for Frontend {
                 .settings
                 .end_transaction(!error_in_cycle, &mut session.reports);
             self.end_notify(session, !error_in_cycle);
+            session.transaction_started_us = None;
             // Before ReadyForQuery, as PostgreSQL does: a client sees what reached it during
             // the transaction it just finished (its own notifications too) before it may go on.
             if let Some(inbox) = session.notify.inbox() {

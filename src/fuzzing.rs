@@ -106,9 +106,13 @@ impl SessionInfo for FuzzSession {
     fn backend_pid(&self) -> i32 {
         1
     }
-    fn statement_timestamp_us(&self) -> i64 {
+    fn stamps(&self) -> crate::sql::expr::Stamps {
         // 2026-01-01 00:00:00 UTC in PostgreSQL's epoch: fixed, so runs are reproducible.
-        820_540_800_000_000
+        let at = 820_540_800_000_000;
+        crate::sql::expr::Stamps {
+            statement_us: at,
+            transaction_us: at,
+        }
     }
 }
 

@@ -120,6 +120,7 @@ macro_rules! inner_cx {
             close_all_portals: &mut *$cx.close_all_portals,
             copy_in: &mut *$cx.copy_in,
             client: $cx.client.as_mut().map(|c| c.reborrow()),
+            clock: $cx.clock,
         }
     };
 }

@@ -535,3 +535,191 @@ fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
     assert_eq!(seen[0], "before: 12DC; during: ; at Sync: AZ", "PostgreSQL");
     assert_eq!(seen[1], seen[0], "ringwire, then PostgreSQL");
 }
+
+/// `now()` is the transaction's start and `statement_timestamp()` the statement message's, as
+/// in PostgreSQL: the same `now()` across a block's statements, one statement time for every
+/// statement of one Query's text, a new one for every Execute (a resumed portal's too) and
+/// none shared between Executes before one Sync. Each case's timestamps, 20 ms apart where
+/// PostgreSQL would tell them apart, are reduced to the pattern of which ones are equal ("a b
+/// a c"), and the patterns must be PostgreSQL's. (ringwire used to give `now()` the
+/// statement's time, so a block's `now()` moved from statement to statement.)
+#[test]
+fn now_and_statement_timestamp_are_the_transactions_and_the_messages() {
+    use protocol::frontend;
+    let pg = common::postgres::Postgres::start();
+    let rw = Ringwire::start(&["--shards", "1"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pause = || tokio::time::sleep(Duration::from_millis(20));
+    let stamps = "select now()::text, statement_timestamp()::text";
+    let mut seen = Vec::new();
+    for (conninfo, port) in [
+        (pg.connection_string(), pg.port),
+        (rw.connection_string("postgres"), rw.port),
+    ] {
+        let cases = rt.block_on(async {
+            let mut c = common::client::connect_to(&conninfo).await;
+            let mut cases = Vec::new();
+            let texts = |msgs| -> Vec<String> {
+                common::client::text_rows(msgs)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|v| !v.is_empty())
+                    .collect()
+            };
+            // A block: BEGIN, then two statements apart.
+            c.simple_query("begin").await.unwrap();
+            pause().await;
+            let mut block = texts(c.simple_query(stamps).await.unwrap());
+            pause().await;
+            block.extend(texts(c.simple_query(stamps).await.unwrap()));
+            c.simple_query("commit").await.unwrap();
+            cases.push(("block", block));
+            // One Query's text, with a pause and a COMMIT inside it.
+            let sql = format!(
+                "{stamps}; select pg_sleep(0.02); begin; {stamps}; commit; {stamps}, \
+                 current_timestamp::text"
+            );
+            cases.push(("one Query", texts(c.simple_query(&sql).await.unwrap())));
+            // A portal fetched in three Executes inside a block.
+            c.batch_execute(
+                "create table stamps (id int4); insert into stamps values (1), (2), (3)",
+            )
+            .await
+            .unwrap();
+            let tx = c.transaction().await.unwrap();
+            let portal = tx
+                .bind(
+                    "select now()::text, statement_timestamp()::text from stamps",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let mut fetched = Vec::new();
+            for _ in 0..3 {
+                pause().await;
+                for row in tx.query_portal(&portal, 1).await.unwrap() {
+                    fetched.push(row.get::<_, String>(0));
+                    fetched.push(row.get::<_, String>(1));
+                }
+            }
+            tx.commit().await.unwrap();
+            cases.push(("portal", fetched));
+            cases
+        });
+        let mut seen_here: Vec<String> = cases
+            .into_iter()
+            .map(|(name, values)| format!("{name}: {}", equal_pattern(&values)))
+            .collect();
+        // PostgreSQL starts this implicit transaction at the first Parse, microseconds before
+        // the first Execute; ringwire at that Execute. So the pattern is taken of the two
+        // now() values and of the two statement times apart.
+        let mut msg = Vec::new();
+        for sql in [stamps, "select pg_sleep(0.02)", stamps] {
+            frontend::encode_parse(&mut msg, "", sql, &[]);
+            frontend::encode_bind(&mut msg, "", "", &[], &[], &[]);
+            frontend::encode_execute(&mut msg, "", 0);
+        }
+        frontend::encode_empty(&mut msg, b'S');
+        let v = raw_values(port, &msg, 1);
+        assert_eq!(v.len(), 4, "{v:?}");
+        seen_here.push(format!(
+            "Executes before one Sync, now(): {}; statement_timestamp(): {}",
+            equal_pattern(&[v[0].clone(), v[2].clone()]),
+            equal_pattern(&[v[1].clone(), v[3].clone()])
+        ));
+        // Two Queries in one write: the second starts when the first has ended, so its
+        // statement time is after the first's last clock read.
+        let mut msg = Vec::new();
+        frontend::encode_query(&mut msg, "select pg_sleep(0.02), clock_timestamp()::text");
+        frontend::encode_query(&mut msg, "select statement_timestamp()::text");
+        let v = raw_values(port, &msg, 2);
+        assert_eq!(v.len(), 2, "{v:?}");
+        seen_here.push(format!(
+            "a queued Query starts after the one before it ended: {}",
+            sortable_time(&v[1]) > sortable_time(&v[0])
+        ));
+        seen.push(seen_here);
+    }
+    assert_eq!(
+        seen[0],
+        [
+            "block: a b a c",
+            "one Query: a a a a a a a",
+            "portal: a b a c a d",
+            "Executes before one Sync, now(): a a; statement_timestamp(): a b",
+            "a queued Query starts after the one before it ended: true",
+        ],
+        "PostgreSQL"
+    );
+    assert_eq!(seen[1], seen[0], "ringwire, then PostgreSQL");
+}
+
+/// Raw protocol: a startup and then `messages` in one write; every non-empty column value of
+/// the DataRows until `readies` ReadyForQuery after the startup's.
+fn raw_values(port: u16, messages: &[u8], readies: usize) -> Vec<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut msg = common::wire::startup_message(&[("user", "postgres"), ("database", "postgres")]);
+    msg.extend_from_slice(messages);
+    s.write_all(&msg).unwrap();
+    let (mut buf, mut values, mut ready) = (Vec::new(), Vec::new(), 0);
+    loop {
+        while let Some((frame, n)) = protocol::wire::split_frame(&buf, 1 << 20).unwrap() {
+            assert_ne!(frame.tag, b'E', "{:?}", String::from_utf8_lossy(frame.body));
+            if frame.tag == b'Z' {
+                ready += 1;
+            }
+            if frame.tag == b'D' {
+                // Field count, then each field's length and bytes (every value here is text).
+                let mut at = 2;
+                while at < frame.body.len() {
+                    let len = i32::from_be_bytes(frame.body[at..at + 4].try_into().unwrap());
+                    at += 4;
+                    if len > 0 {
+                        let len = len as usize;
+                        values.push(String::from_utf8(frame.body[at..at + len].to_vec()).unwrap());
+                        at += len;
+                    }
+                }
+            }
+            buf.drain(..n);
+        }
+        if ready == 1 + readies {
+            break;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    values
+}
+
+/// A `timestamptz` as PostgreSQL prints it in UTC (`2026-11-24 06:42:45.8282+00`, trailing
+/// zeros of the fraction dropped), with the fraction padded back so that texts order as times.
+fn sortable_time(text: &str) -> String {
+    let text = text.trim_end_matches("+00");
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    format!("{whole}.{fraction:0<6}")
+}
+
+/// "a b a c" for [x, y, x, z]: which values are equal, in order of first appearance.
+fn equal_pattern(values: &[String]) -> String {
+    let mut firsts: Vec<&String> = Vec::new();
+    let letters: Vec<String> = values
+        .iter()
+        .map(|v| {
+            let i = firsts.iter().position(|f| *f == v).unwrap_or_else(|| {
+                firsts.push(v);
+                firsts.len() - 1
+            });
+            ((b'a' + i as u8) as char).to_string()
+        })
+        .collect();
+    letters.join(" ")
+}

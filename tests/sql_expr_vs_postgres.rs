@@ -8,7 +8,7 @@ mod common;
 
 use common::postgres::Postgres;
 use protocol::types::{self, TextContext, TimeZone, Value};
-use ringwire::sql::expr::{plan_const_select, EvalEnv, PlanCtx, SessionInfo};
+use ringwire::sql::expr::{plan_const_select, EvalEnv, PlanCtx, SessionInfo, Stamps};
 use sqlparser::ast::Statement;
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -393,8 +393,12 @@ impl SessionInfo for TestSession {
     fn backend_pid(&self) -> i32 {
         4242
     }
-    fn statement_timestamp_us(&self) -> i64 {
-        self.now_us
+    fn stamps(&self) -> Stamps {
+        // One statement that starts its own transaction, as each case is in PostgreSQL.
+        Stamps {
+            statement_us: self.now_us,
+            transaction_us: self.now_us,
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::rc::Rc;
 use std::time::Instant;
@@ -34,6 +35,7 @@ use crate::engine::{
 use crate::limits;
 use crate::metrics::{kind_of_reply, Protocol};
 use crate::shard::Shard;
+use crate::time::StatementClock;
 use crate::tls::{self, Transport};
 use crate::uring::Peer;
 
@@ -364,6 +366,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         error_in_cycle: false,
         cycle_open: false,
         flush_requested: Cell::new(false),
+        fresh_read: Cell::new(false),
     })
 }
 
@@ -391,6 +394,9 @@ pub(crate) struct Conn<E: Engine> {
     /// protocol before its Sync, COPY data, skipping to Sync) is open.
     cycle_open: bool,
     flush_requested: Cell<bool>,
+    /// The bytes being handled came in while the connection waited for them: the first
+    /// statement they start may share its driver turn's clock read ([`StatementClock`]).
+    fresh_read: Cell<bool>,
 }
 
 /// Borrow the disjoint pieces of a connection an engine call needs.
@@ -410,6 +416,7 @@ macro_rules! cx {
             close_all_portals: &mut $self.close_all_portals,
             copy_in: &mut $self.copy_in_started,
             client: $client,
+            clock: StatementClock::new(&$self.fresh_read),
         }
     };
 }
@@ -536,7 +543,18 @@ impl<E: Engine> Conn<E> {
                 }
             };
             let buffered = rbuf.data().len();
-            let read = rbuf.fill(stream, want);
+            // Whether the read found its bytes already there (they came while a statement
+            // of this connection ran) or had to wait for them (see `fresh_read`).
+            let mut had_to_wait = false;
+            let read = async {
+                let mut fill = std::pin::pin!(rbuf.fill(stream, want));
+                std::future::poll_fn(|cx| {
+                    let poll = fill.as_mut().poll(cx);
+                    had_to_wait |= poll.is_pending();
+                    poll
+                })
+                .await
+            };
             let waited = if self.tx == TransactionStatus::Idle && !self.cycle_open {
                 // Outside any transaction the engine may have notifications for the client
                 // meanwhile. Asked first, so what it holds goes out before more statements
@@ -555,6 +573,7 @@ impl<E: Engine> Conn<E> {
             };
             match waited {
                 Some(Ok(true)) => {
+                    self.fresh_read.set(had_to_wait);
                     let metrics = &self.shard.metrics;
                     metrics.record_bytes_in(rbuf.data().len() - buffered);
                     if received.is_none() {
@@ -851,6 +870,7 @@ impl<E: Engine> Conn<E> {
                     close_all_portals: &mut self.close_all_portals,
                     copy_in: &mut self.copy_in_started,
                     client: Some(ClientOut::new(stream, Some(&self.shard.metrics))),
+                    clock: StatementClock::new(&self.fresh_read),
                 };
                 let result = {
                     let execution = std::pin::pin!(engine.execute(&mut cx, p, max_rows));

@@ -119,6 +119,8 @@ pub struct Cx<'a, E: Engine + ?Sized> {
     /// result goes out in bounded pieces: [`Cx::flush_out`]. None where the state machine
     /// cannot lend it (COPY FROM's end, Parse, Bind); the statement then buffers.
     pub client: Option<ClientOut<'a>>,
+    /// When a statement starting now started (its `statement_timestamp()`).
+    pub clock: crate::time::StatementClock<'a>,
 }
 
 /// The connection's socket as a statement sees it: it can only write whole messages already

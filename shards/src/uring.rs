@@ -919,8 +919,11 @@ impl Driver {
             self.bufs.publish();
         }
         drop(ring);
-        if let (true, Some(metrics)) = (received, &self.metrics) {
-            metrics.note_received();
+        if received {
+            crate::time::new_turn();
+            if let Some(metrics) = &self.metrics {
+                metrics.note_received();
+            }
         }
         n
     }

@@ -376,8 +376,19 @@ pub trait SessionInfo {
     fn database(&self) -> &str;
     fn user(&self) -> &str;
     fn backend_pid(&self) -> i32;
-    /// For `now()`, `current_timestamp`: microseconds since 2000-01-01 UTC.
-    fn statement_timestamp_us(&self) -> i64;
+    /// When the statement and its transaction started.
+    fn stamps(&self) -> Stamps;
+}
+
+/// A statement's two start times, in microseconds since 2000-01-01 UTC, as PostgreSQL keeps
+/// them: `statement_timestamp()` is when the statement's protocol message arrived (a Query, however
+/// many statements its text holds, or an Execute); `now()`, `transaction_timestamp()`,
+/// `current_timestamp`, `current_date` and `localtimestamp` are when its transaction's first
+/// statement did, the same for every statement of the transaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamps {
+    pub statement_us: i64,
+    pub transaction_us: i64,
 }
 
 /// Inputs of one evaluation.
@@ -4134,9 +4145,9 @@ impl SessionInfo for FoldSession {
         debug_assert!(false, "folding read the pid");
         0
     }
-    fn statement_timestamp_us(&self) -> i64 {
+    fn stamps(&self) -> Stamps {
         debug_assert!(false, "folding read the clock");
-        0
+        Stamps::default()
     }
 }
 
@@ -5209,9 +5220,13 @@ mod tests {
         fn backend_pid(&self) -> i32 {
             77
         }
-        fn statement_timestamp_us(&self) -> i64 {
+        fn stamps(&self) -> Stamps {
             // 2024-01-02 03:04:05 UTC
-            (8767 * 86_400 + 3 * 3600 + 4 * 60 + 5) * 1_000_000
+            let at = (8767 * 86_400 + 3 * 3600 + 4 * 60 + 5) * 1_000_000;
+            Stamps {
+                statement_us: at,
+                transaction_us: at,
+            }
         }
     }
 

@@ -29,6 +29,7 @@ pub(crate) enum Func {
     Sleep,
     Notify,
     Now,
+    StatementTimestamp,
     ClockTimestamp,
     CurrentDate,
     LocalTimestamp,
@@ -110,6 +111,7 @@ impl Func {
                 | Func::Sleep
                 | Func::Notify
                 | Func::Now
+                | Func::StatementTimestamp
                 | Func::ClockTimestamp
                 | Func::CurrentDate
                 | Func::LocalTimestamp
@@ -208,9 +210,8 @@ fn build_signatures(name: &str) -> Vec<Sig> {
         "pg_backend_pid" => vec![f(&[], INT4, F::BackendPid)],
         "pg_sleep" => vec![f(&[FLOAT8], VOID, F::Sleep)],
         "pg_notify" => vec![f(&[TEXT, TEXT], VOID, F::Notify)],
-        "now" | "transaction_timestamp" | "statement_timestamp" => {
-            vec![f(&[], TIMESTAMPTZ, F::Now)]
-        }
+        "now" | "transaction_timestamp" => vec![f(&[], TIMESTAMPTZ, F::Now)],
+        "statement_timestamp" => vec![f(&[], TIMESTAMPTZ, F::StatementTimestamp)],
         "clock_timestamp" => vec![f(&[], TIMESTAMPTZ, F::ClockTimestamp)],
         "abs" => nums.iter().map(|(t, n)| f(&[*t], *t, F::Abs(*n))).collect(),
         "length" => vec![
@@ -406,18 +407,19 @@ pub(crate) fn call(
                 .push((channel.to_string(), payload.to_string()));
             Value::Text(String::new())
         }
-        F::Now => Value::Timestamptz(session.statement_timestamp_us()),
+        F::Now => Value::Timestamptz(session.stamps().transaction_us),
+        F::StatementTimestamp => Value::Timestamptz(session.stamps().statement_us),
         F::ClockTimestamp => Value::Timestamptz(clock_us()),
         F::CurrentDate => {
-            let local = utc_to_local(session.statement_timestamp_us(), session.text_context())?;
+            let local = utc_to_local(session.stamps().transaction_us, session.text_context())?;
             Value::Date(local.div_euclid(USECS_PER_DAY) as i32)
         }
         F::LocalTimestamp => Value::Timestamp(utc_to_local(
-            session.statement_timestamp_us(),
+            session.stamps().transaction_us,
             session.text_context(),
         )?),
         F::LocalTime => {
-            let local = utc_to_local(session.statement_timestamp_us(), session.text_context())?;
+            let local = utc_to_local(session.stamps().transaction_us, session.text_context())?;
             Value::Time(local.rem_euclid(USECS_PER_DAY))
         }
         F::Abs(n) => match (n, &args[0]) {

@@ -3406,8 +3406,8 @@ mod tests {
         fn backend_pid(&self) -> i32 {
             1
         }
-        fn statement_timestamp_us(&self) -> i64 {
-            0
+        fn stamps(&self) -> crate::sql::expr::Stamps {
+            crate::sql::expr::Stamps::default()
         }
     }
 
