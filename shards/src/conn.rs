@@ -15,7 +15,6 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::rc::Rc;
 use std::time::Instant;
@@ -543,18 +542,11 @@ impl<E: Engine> Conn<E> {
                 }
             };
             let buffered = rbuf.data().len();
-            // Whether the read found its bytes already there (they came while a statement
-            // of this connection ran) or had to wait for them (see `fresh_read`).
-            let mut had_to_wait = false;
-            let read = async {
-                let mut fill = std::pin::pin!(rbuf.fill(stream, want));
-                std::future::poll_fn(|cx| {
-                    let poll = fill.as_mut().poll(cx);
-                    had_to_wait |= poll.is_pending();
-                    poll
-                })
-                .await
-            };
+            // A read that finds its bytes already there (they came while a statement of this
+            // connection ran) returns without a driver turn; one that waits for them sees one
+            // (see `fresh_read`).
+            let turn = crate::time::turn();
+            let read = rbuf.fill(stream, want);
             let waited = if self.tx == TransactionStatus::Idle && !self.cycle_open {
                 // Outside any transaction the engine may have notifications for the client
                 // meanwhile. Asked first, so what it holds goes out before more statements
@@ -573,7 +565,7 @@ impl<E: Engine> Conn<E> {
             };
             match waited {
                 Some(Ok(true)) => {
-                    self.fresh_read.set(had_to_wait);
+                    self.fresh_read.set(crate::time::turn() != turn);
                     let metrics = &self.shard.metrics;
                     metrics.record_bytes_in(rbuf.data().len() - buffered);
                     if received.is_none() {

@@ -103,11 +103,20 @@ enum TurnWall {
 
 thread_local! {
     static TURN_WALL: Cell<TurnWall> = const { Cell::new(TurnWall::Unshared) };
+    static TURNS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The io_uring driver reaped received bytes: the turn's shared read is out of date.
 pub(crate) fn new_turn() {
     TURN_WALL.set(TurnWall::Stale);
+    TURNS.set(TURNS.get().wrapping_add(1));
+}
+
+/// How many driver turns received bytes so far on this thread (always 0 on glommio's
+/// sockets). A connection's read that returns with this unchanged found its bytes already
+/// buffered; one that waited for them was woken by a turn that received them.
+pub(crate) fn turn() -> u64 {
+    TURNS.get()
 }
 
 /// A wall-clock time no earlier than the arrival of every byte this shard's driver has
