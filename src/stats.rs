@@ -76,6 +76,11 @@ impl Hist {
         self.0.borrow_mut().saturating_record(value.max(1));
     }
 
+    /// Record `value` as `n` samples (one measured of `n` alike).
+    pub fn record_n(&self, value: u64, n: u64) {
+        self.0.borrow_mut().saturating_record_n(value.max(1), n);
+    }
+
     /// Record the microseconds since `started`, if the clock was read (metrics on).
     pub fn record_since(&self, started: Option<Instant>) {
         if let Some(started) = started {
