@@ -458,7 +458,7 @@ async fn a_waiting_listener_hears_sessions_on_every_shard() {
 #[test]
 fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
     use protocol::frontend;
-    use std::io::{Read, Write};
+    use std::io::Write;
     let pg = common::postgres::Postgres::start();
     let rw = Ringwire::start(&[]);
     let rw_port = rw
@@ -484,7 +484,7 @@ fn a_notification_waits_for_the_end_of_an_implicit_transaction() {
                 }
             }
             let mut chunk = [0u8; 8192];
-            match stream.read(&mut chunk) {
+            match common::wire::read_blocking(stream, &mut chunk) {
                 Ok(0) => return got + " (closed)",
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(_) => return got,
@@ -661,7 +661,7 @@ fn now_and_statement_timestamp_are_the_transactions_and_the_messages() {
 /// Raw protocol: a startup and then `messages` in one write; every non-empty column value of
 /// the DataRows until `readies` ReadyForQuery after the startup's.
 fn raw_values(port: u16, messages: &[u8], readies: usize) -> Vec<String> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut msg = common::wire::startup_message(&[("user", "postgres"), ("database", "postgres")]);
@@ -693,7 +693,7 @@ fn raw_values(port: u16, messages: &[u8], readies: usize) -> Vec<String> {
             break;
         }
         let mut chunk = [0u8; 8192];
-        let n = s.read(&mut chunk).unwrap();
+        let n = common::wire::read_blocking(&mut s, &mut chunk).unwrap();
         assert!(n > 0, "the server closed the connection");
         buf.extend_from_slice(&chunk[..n]);
     }

@@ -18,7 +18,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -477,7 +477,7 @@ fn read_step(
             .set_read_timeout(Some(left))
             .expect("set_read_timeout");
         let mut chunk = [0u8; 16 << 10];
-        match stream.read(&mut chunk) {
+        match common::wire::read_blocking(stream, &mut chunk) {
             Ok(0) => return (msgs, Some("(closed)")),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e)

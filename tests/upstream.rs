@@ -525,7 +525,7 @@ fn parameter_statuses(
     params: &[(&str, &str)],
 ) -> std::collections::BTreeMap<String, String> {
     use protocol::backend::BackendMessage;
-    use std::io::{Read, Write};
+    use std::io::Write;
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut out = Vec::new();
@@ -547,7 +547,7 @@ fn parameter_statuses(
             buf.drain(..n);
         }
         let mut chunk = [0u8; 8192];
-        let n = s.read(&mut chunk).unwrap();
+        let n = common::wire::read_blocking(&mut s, &mut chunk).unwrap();
         assert!(n > 0, "{addr} closed the connection");
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -1277,7 +1277,7 @@ fn raw_exchange_until(
     ready: usize,
 ) -> Vec<(u8, Option<String>)> {
     use protocol::backend::BackendMessage;
-    use std::io::{Read, Write};
+    use std::io::Write;
     stream.write_all(bytes).unwrap();
     let mut buf = Vec::new();
     let mut got = Vec::new();
@@ -1306,7 +1306,7 @@ fn raw_exchange_until(
             break;
         }
         let mut chunk = [0u8; 8192];
-        let n = stream.read(&mut chunk).unwrap();
+        let n = common::wire::read_blocking(stream, &mut chunk).unwrap();
         assert!(n > 0, "ringwire closed the connection; got {got:?}");
         buf.extend_from_slice(&chunk[..n]);
     }

@@ -62,6 +62,18 @@ pub async fn is_closed<R: AsyncRead + Unpin>(stream: &mut R) -> bool {
     matches!(stream.read(&mut byte).await, Ok(0) | Err(_))
 }
 
+/// A blocking `read`, again when a signal interrupts it: a socket with a read timeout is not
+/// restarted after a signal handler even with `SA_RESTART` (signal(7)), and CI saw such an
+/// EINTR fail a test that was only waiting for its reply.
+pub fn read_blocking(stream: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 /// Make close() send a reset instead of a FIN (SO_LINGER with a zero timeout).
 pub fn reset_on_close(stream: &std::net::TcpStream) {
     use std::os::fd::AsRawFd;
