@@ -445,10 +445,10 @@ impl<E: Engine> Conn<E> {
     ) -> End {
         let max = self.shard.config.max_message_bytes;
         // With metrics on: when the bytes being handled arrived (the first flush after it
-        // records receive → first byte), and when the last statement since then ended (or
-        // the receive). A statement's latency runs from that mark to its own end, so one
-        // clock read per statement and one per receive time everything (STYLE.md:
-        // observability without cost).
+        // records receive → first byte), and where the next statement's time starts (the
+        // receive, or on glommio's sockets the end of the statement before it). On the
+        // io_uring path one clock read per driver turn times everything of the turn
+        // (`ShardMetrics::note_turn`; STYLE.md: observability without cost).
         let mut received: Option<Instant> = None;
         let mut mark: Option<Instant> = None;
         loop {
@@ -482,12 +482,9 @@ impl<E: Engine> Conn<E> {
                     Ok(msg) => {
                         let flow = self.handle(msg, &mut out, stream).await;
                         if let (Some(protocol), Some(since)) = (statement, mark) {
-                            let now = Instant::now();
                             let kind = kind_of_reply(&out, reply_from);
-                            self.shard
-                                .metrics
-                                .record_statement_between(since, now, protocol, kind);
-                            mark = Some(now);
+                            let next = self.shard.metrics.statement_ended(since, protocol, kind);
+                            mark = Some(next);
                         }
                         flow
                     }
@@ -594,11 +591,7 @@ impl<E: Engine> Conn<E> {
         let metrics = &self.shard.metrics;
         metrics.record_bytes_out(out.len());
         if let Some(at) = received.take() {
-            let now = match last {
-                Some(end) if end > at => end,
-                _ => Instant::now(),
-            };
-            metrics.record_first_byte(at, now);
+            metrics.first_byte_sent(at, last);
         }
     }
 

@@ -611,7 +611,8 @@ pub struct Driver {
     /// The earliest timer or accept retry, on the coarse scale (`Duration::MAX`: none). May be
     /// earlier than the truth (a cancelled timer); `fire_timers` recomputes it.
     next_due: Cell<Duration>,
-    /// The shard's metrics when recording is on: told once per turn that bytes came in.
+    /// The shard's metrics when recording is on: told of every turn, whose one clock read
+    /// times the receives it reaped and the statements that ended before it.
     metrics: Option<Rc<crate::metrics::ShardMetrics>>,
 }
 
@@ -671,6 +672,9 @@ impl Driver {
             next_due: Cell::new(Duration::MAX),
             metrics: crate::metrics::current().filter(|m| m.enabled),
         });
+        if let Some(m) = &driver.metrics {
+            m.defer_to_driver();
+        }
         for i in 0..driver.listeners.borrow().len() {
             driver.arm_accept(i);
         }
@@ -921,9 +925,9 @@ impl Driver {
         drop(ring);
         if received {
             crate::time::new_turn();
-            if let Some(metrics) = &self.metrics {
-                metrics.note_received();
-            }
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.note_turn(received);
         }
         n
     }
