@@ -658,14 +658,18 @@ fn now_and_statement_timestamp_are_the_transactions_and_the_messages() {
     assert_eq!(seen[1], seen[0], "ringwire, then PostgreSQL");
 }
 
-/// Raw protocol: a startup and then `messages` in one write; every non-empty column value of
-/// the DataRows until `readies` ReadyForQuery after the startup's.
+/// Raw protocol, in UTC: a startup, and once it is done (so the server waits for them)
+/// `messages` in one write; every non-empty column value of the DataRows until `readies`
+/// ReadyForQuery after the startup's.
 fn raw_values(port: u16, messages: &[u8], readies: usize) -> Vec<String> {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut msg = common::wire::startup_message(&[("user", "postgres"), ("database", "postgres")]);
-    msg.extend_from_slice(messages);
+    let msg = common::wire::startup_message(&[
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("TimeZone", "UTC"),
+    ]);
     s.write_all(&msg).unwrap();
     let (mut buf, mut values, mut ready) = (Vec::new(), Vec::new(), 0);
     loop {
@@ -673,6 +677,9 @@ fn raw_values(port: u16, messages: &[u8], readies: usize) -> Vec<String> {
             assert_ne!(frame.tag, b'E', "{:?}", String::from_utf8_lossy(frame.body));
             if frame.tag == b'Z' {
                 ready += 1;
+                if ready == 1 {
+                    s.write_all(messages).unwrap();
+                }
             }
             if frame.tag == b'D' {
                 // Field count, then each field's length and bytes (every value here is text).

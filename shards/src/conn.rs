@@ -481,6 +481,13 @@ impl<E: Engine> Conn<E> {
                 let flow = match FrontendMessage::parse(frame) {
                     Ok(msg) => {
                         let flow = self.handle(msg, &mut out, stream).await;
+                        // Only the first statement of the bytes waited for may share the
+                        // turn's clock read: once anything that runs SQL has (Query, Execute,
+                        // Sync, COPY, FunctionCall), whether it took a time or not (COMMIT,
+                        // SET, an index build), the next statement reads the clock itself.
+                        if !matches!(frame.tag, b'P' | b'B' | b'D' | b'C' | b'H') {
+                            self.fresh_read.set(false);
+                        }
                         if let (Some(protocol), Some(since)) = (statement, mark) {
                             let kind = kind_of_reply(&out, reply_from);
                             let next = self.shard.metrics.statement_ended(since, protocol, kind);

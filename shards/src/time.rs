@@ -141,8 +141,10 @@ fn turn_wall_us() -> i64 {
 /// The time a statement starts at, as PostgreSQL stamps it: when its message arrived. The
 /// connection loop sets `fresh` when bytes it waited for came in (it had finished everything
 /// before them); the first statement started from them may take the driver turn's shared
-/// read, which lies between their arrival and now. Any later statement from the same bytes
-/// (a pipeline) reads the clock, so its time is after the end of the statement before it.
+/// read, which lies between their arrival and now. Taking it clears `fresh`, and so does the
+/// loop once a message that runs SQL was handled, whether it took a time or not: any later
+/// statement from the same bytes (a pipeline) reads the clock, so its time is after the end
+/// of the statement before it.
 #[derive(Clone, Copy)]
 pub struct StatementClock<'a> {
     fresh: &'a Cell<bool>,
