@@ -71,8 +71,9 @@ pub const COMPACT_EVERY_COMMITS: u64 = 256;
 
 /// The compute times one peek in this many, and records it as this many alike: timing every
 /// peek took two clock reads each, 0.4% of the server's samples at 64 connections (PERF.md,
-/// session 18), for a histogram whose shape a sample keeps. Its count stays the number of
-/// peeks, give or take the last few.
+/// session 18), for a histogram whose shape a sample keeps. The peeks timed are picked at
+/// random (not every 8th: a client repeating a cycle of 2, 4 or 8 statements would have one
+/// of them timed every time), so the count estimates the number of peeks.
 const PEEK_SAMPLE: u32 = 8;
 /// And at least this often when something may be compactable: old versions go soon after the
 /// last snapshot that needed them closes, even when writes have stopped.
@@ -528,8 +529,8 @@ pub struct Compute {
     /// Time to run a peek, in µs (with metrics on), one peek in [`PEEK_SAMPLE`] timed.
     pub peek_us: Hist,
     metrics_on: bool,
-    /// Peeks run, to pick the ones timed.
-    peeks: Cell<u32>,
+    /// A xorshift32 state that picks the peeks timed.
+    peek_pick: Cell<u32>,
     /// Table definitions as of the last catalog change the compute announced: DDL that
     /// changes them bumps the catalog version and ships the changed tables to the replicas.
     announced: RefCell<HashMap<TableId, TableRef>>,
@@ -574,7 +575,7 @@ impl Compute {
             commits_since_compaction: Cell::new(0),
             peek_us: Hist::default(),
             metrics_on: metrics_on(),
-            peeks: Cell::new(0),
+            peek_pick: Cell::new(0x9e37_79b9),
             announced: RefCell::new(HashMap::new()),
             replication: shared.read_replicas.then(Replication::default),
             shared,
@@ -793,9 +794,12 @@ impl Compute {
         out: &mut Vec<u8>,
         chunk: Option<&mut ScanCursor>,
     ) -> Result<(u64, Timestamp), PgError> {
-        let peeks = self.peeks.get().wrapping_add(1);
-        self.peeks.set(peeks);
-        let timed = self.metrics_on && peeks.is_multiple_of(PEEK_SAMPLE);
+        let mut x = self.peek_pick.get();
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.peek_pick.set(x);
+        let timed = self.metrics_on && x < u32::MAX / PEEK_SAMPLE;
         let started = timed.then(std::time::Instant::now);
         let result = self.run_peek(plan, params, read, session, formats, out, chunk);
         if let Some(started) = started {
