@@ -121,11 +121,11 @@ pub(crate) fn turn() -> u64 {
 
 /// A wall-clock time no earlier than the arrival of every byte this shard's driver has
 /// handed to a connection, and no later than now: read once after each driver turn that
-/// received bytes, by the first statement that asks, and shared by every statement started
-/// from those bytes. At 64 connections one turn carries many statements; each read the clock
-/// before (0.4% of the server's samples). Used only for a statement that starts from bytes
-/// its connection waited for ([`StatementClock`]), so no statement of the connection ended
-/// after them.
+/// received bytes, by the first statement that asks, and shared by the first statement each
+/// connection starts from those bytes. At 64 connections one turn carries many statements;
+/// each read the clock before (0.4% of the server's samples). Used only for a statement that
+/// starts from bytes its connection waited for ([`StatementClock`]), so no statement of the
+/// connection ended after them.
 fn turn_wall_us() -> i64 {
     match TURN_WALL.get() {
         TurnWall::At(us) => us,
