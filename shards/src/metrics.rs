@@ -189,7 +189,9 @@ impl ShardMetrics {
     /// read, if anything needs it, serves every connection of the turn (at 64 connections a
     /// turn carries many; each connection read the clock itself before sessions 18 and 19):
     /// it times the receives just reaped, and ends every statement and first byte that ended
-    /// since the last turn, whose replies the driver has just taken for sending.
+    /// since the last turn (whose replies the driver has usually just taken for sending; in a
+    /// pipelined batch whose later statement waits on another shard, the earlier replies
+    /// leave only with the batch, later than this).
     #[inline]
     pub(crate) fn note_turn(&self, received: bool) {
         let mut ended = self.ended.borrow_mut();
@@ -220,8 +222,8 @@ impl ShardMetrics {
     /// A statement that started at `started` (from [`ShardMetrics::received`], or the end
     /// of the statement before it) wrote its whole reply. Returns where the next statement
     /// of the same bytes starts: on the io_uring path the statement ends at the driver's next
-    /// turn, which takes the reply for sending, so a pipelined statement is timed, as its
-    /// client waits, from the same receive (it includes the wait behind the ones before it);
+    /// turn (see [`Self::note_turn`]), so a pipelined statement is timed, as its client
+    /// waits, from the same receive (it includes the wait behind the ones before it);
     /// elsewhere it ends now, read here, and the next one starts from that read.
     #[inline]
     pub fn statement_ended(&self, started: Instant, protocol: Protocol, kind: Kind) -> Instant {
