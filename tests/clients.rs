@@ -662,6 +662,7 @@ fn now_and_statement_timestamp_are_the_transactions_and_the_messages() {
 /// `messages` in one write; every non-empty column value of the DataRows until `readies`
 /// ReadyForQuery after the startup's.
 fn raw_values(port: u16, messages: &[u8], readies: usize) -> Vec<String> {
+    use protocol::backend::BackendMessage;
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -681,18 +682,10 @@ fn raw_values(port: u16, messages: &[u8], readies: usize) -> Vec<String> {
                     s.write_all(messages).unwrap();
                 }
             }
-            if frame.tag == b'D' {
-                // Field count, then each field's length and bytes (every value here is text).
-                let mut at = 2;
-                while at < frame.body.len() {
-                    let len = i32::from_be_bytes(frame.body[at..at + 4].try_into().unwrap());
-                    at += 4;
-                    if len > 0 {
-                        let len = len as usize;
-                        values.push(String::from_utf8(frame.body[at..at + len].to_vec()).unwrap());
-                        at += len;
-                    }
-                }
+            if let Ok(BackendMessage::DataRow { values: row }) = BackendMessage::parse(frame) {
+                // Every value here is text; a void (pg_sleep) is empty.
+                let row = row.into_iter().flatten().filter(|v| !v.is_empty());
+                values.extend(row.map(|v| String::from_utf8(v.to_vec()).unwrap()));
             }
             buf.drain(..n);
         }
