@@ -90,25 +90,16 @@ pub fn wall_us() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-/// The wall-clock read that statements starting in the io_uring driver's current turn may
-/// share (see [`turn_wall_us`]).
-#[derive(Clone, Copy)]
-enum TurnWall {
-    /// No driver resets it (glommio's sockets): every statement reads the clock.
-    Unshared,
-    /// Bytes were received since the last read: the next statement reads and keeps it.
-    Stale,
-    At(i64),
-}
-
 thread_local! {
-    static TURN_WALL: Cell<TurnWall> = const { Cell::new(TurnWall::Unshared) };
+    /// The wall-clock read that statements starting in the io_uring driver's current turn may
+    /// share (see [`turn_wall_us`]); None until one asks after the turn received bytes.
+    static TURN_WALL: Cell<Option<i64>> = const { Cell::new(None) };
     static TURNS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The io_uring driver reaped received bytes: the turn's shared read is out of date.
 pub(crate) fn new_turn() {
-    TURN_WALL.set(TurnWall::Stale);
+    TURN_WALL.set(None);
     TURNS.set(TURNS.get().wrapping_add(1));
 }
 
@@ -125,17 +116,13 @@ pub(crate) fn turn() -> u64 {
 /// connection starts from those bytes. At 64 connections one turn carries many statements;
 /// each read the clock before (0.4% of the server's samples). Used only for a statement that
 /// starts from bytes its connection waited for ([`StatementClock`]), so no statement of the
-/// connection ended after them.
+/// connection ended after them. glommio's sockets never get here: their turn count never moves, so no read is fresh.
 fn turn_wall_us() -> i64 {
-    match TURN_WALL.get() {
-        TurnWall::At(us) => us,
-        TurnWall::Unshared => wall_us(),
-        TurnWall::Stale => {
-            let us = wall_us();
-            TURN_WALL.set(TurnWall::At(us));
-            us
-        }
-    }
+    TURN_WALL.get().unwrap_or_else(|| {
+        let us = wall_us();
+        TURN_WALL.set(Some(us));
+        us
+    })
 }
 
 /// The time a statement starts at, as PostgreSQL stamps it: when its message arrived. The
