@@ -13,6 +13,9 @@
 # competes with the primary for the same cores, so this measures what routing and the oracle
 # cost, not what a second machine would add.
 #
+# usage: scripts/upstream_bench.sh functions PG_PORT [RINGWIRE_BINARY [OTHER_BINARY]]
+# What the reset after a user's function costs (see that mode's comment below).
+#
 # usage: scripts/upstream_bench.sh pipeline PG_PORT PGBOUNCER_PORT [RINGWIRE_BINARY]
 # Pipelining (docs/ARCHITECTURE.md, "Pipelining several clients onto one connection"): direct
 # PostgreSQL, PgBouncer, ringwire --upstream-pipeline on and off, pgbench -S and
@@ -54,6 +57,48 @@ if [ "${1:-}" = pipeline ]; then
             on=$(median ${runs["$n ${w%% *} ringwire-on"]}); off=$(median ${runs["$n ${w%% *} ringwire-off"]})
             echo "| $n | ${w%% *} | $d | $b | $off | $on | $(ratio $on $d) | $(ratio $on $b) | $(ratio $on $off) |"
         done
+    done
+    exit 0
+fi
+if [ "${1:-}" = functions ]; then
+    # What resetting a connection after code stored upstream costs (docs/ARCHITECTURE.md,
+    # "Code stored upstream"): pgbench at CLIENTS (default 16) clients, each transaction one
+    # call of a PL/pgSQL no-op function, or `select 1`, against direct PostgreSQL, ringwire
+    # (default: reset after user code) and ringwire --upstream-trust-functions on, plus
+    # OTHER_BINARY (e.g. an older build) if given; ROUNDS rounds (default 6) of SECONDS s.
+    # usage: scripts/upstream_bench.sh functions PG_PORT [RINGWIRE_BINARY [OTHER_BINARY]]
+    pg=${2:?PG_PORT}; bin=${3:-target/release/ringwire}; other=${4:-}
+    seconds=${SECONDS_PER_RUN:-4}; n=${CLIENTS:-16}
+    psql -h 127.0.0.1 -p "$pg" -U postgres -qXc "CREATE OR REPLACE FUNCTION ringwire_bench_noop()
+        RETURNS int LANGUAGE plpgsql AS \$\$BEGIN RETURN 1; END\$\$" postgres
+    echo "SELECT ringwire_bench_noop();" > /tmp/upstream_bench_fn.sql
+    echo "SELECT 1;" > /tmp/upstream_bench_one.sql
+    up=(--shards 2 --upstream-pool-size 8 --upstream "postgres://postgres@127.0.0.1:$pg/postgres" --log-level warn)
+    "$bin" --listen 127.0.0.1:15877 "${up[@]}" >/dev/null & p1=$!
+    "$bin" --listen 127.0.0.1:15878 "${up[@]}" --upstream-trust-functions on >/dev/null & p2=$!
+    targets="direct:$pg reset:15877 trust:15878"
+    if [ -n "$other" ]; then
+        "$other" --listen 127.0.0.1:15879 "${up[@]}" >/dev/null & p3=$!
+        targets="$targets other:15879"
+    fi
+    trap 'kill $p1 $p2 ${p3:-}' EXIT
+    sleep 1
+    median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+    declare -A runs
+    for round in $(seq 1 "${ROUNDS:-6}"); do
+        for w in fn one; do
+            for target in $targets; do
+                tps=$(pgbench -h 127.0.0.1 -p "${target##*:}" -U postgres -n -f /tmp/upstream_bench_$w.sql \
+                    -c "$n" -j 2 -T "$seconds" postgres 2>&1 | awk '/^tps/ {print $3}' || true)
+                echo "round $round: $w ${target%%:*} tps=${tps:-0}"
+                runs["$w ${target%%:*}"]+="${tps:-0} "
+            done
+        done
+    done
+    for w in fn one; do
+        line="| $w |"
+        for target in $targets; do line="$line $(median ${runs["$w ${target%%:*}"]}) |"; done
+        echo "$line"
     done
     exit 0
 fi

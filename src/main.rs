@@ -219,6 +219,16 @@ struct Cli {
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     upstream_pipeline_slow_ms: u64,
 
+    /// Upstream mode: what a function, procedure or DO block may SET at session level (or
+    /// `set_config(…, false)`) is unseen by the relay, so by default the connection that ran
+    /// one gets `RESET ALL` and its next user's settings replayed before it is used again: the
+    /// setting lasts to the end of its transaction, as if it were SET LOCAL, and never reaches
+    /// another client. `on` trusts that your functions leave no session setting behind and
+    /// saves that replay (PgBouncer's assumption): one that does hands its setting to the
+    /// connection's next client. docs/ARCHITECTURE.md, "Session state".
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    upstream_trust_functions: OnOff,
+
     /// io_uring path: microseconds a quiet shard polls its ring and doorbell before it
     /// sleeps, while the machine has CPU to spare (a probe of 100 ms in every second found
     /// 0.3 CPU idle or more, and other runnable threads do not outnumber the CPUs); saves a
@@ -465,6 +475,7 @@ fn upstream_config(
         wal,
         pipeline_depth,
         pipeline_slow: ringwire::upstream::PIPELINE_SLOW,
+        trust_functions: false,
         login,
         max_connections,
         auth_query: auth_query.map(Arc::from),
@@ -587,6 +598,7 @@ fn main() -> ExitCode {
         ) {
             Ok((mut u, parameters)) => {
                 u.pipeline_slow = std::time::Duration::from_millis(cli.upstream_pipeline_slow_ms);
+                u.trust_functions = cli.upstream_trust_functions == OnOff::On;
                 Some((u, parameters))
             }
             Err(e) => {

@@ -125,6 +125,38 @@ async fn simple_and_extended_queries_with_statements_shared_across_pooled_connec
     assert!(names >= 2, "{names} ringwire statements upstream");
 }
 
+/// The relay tells a user's function from a built-in by `src/upstream/pg_catalog_functions.txt`
+/// (`classify::runs_user_code`): it must hold every built-in of the PostgreSQL the tests run,
+/// or calls of the missing ones would each cost a settings replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_function_list_is_postgres_own() {
+    let pg = Postgres::start();
+    let listed: std::collections::HashSet<&str> =
+        include_str!("../src/upstream/pg_catalog_functions.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+    let rows = direct(&pg)
+        .await
+        .query(
+            "select distinct proname::text from pg_catalog.pg_proc \
+             where pronamespace = 'pg_catalog'::regnamespace",
+            &[],
+        )
+        .await
+        .unwrap();
+    let missing: Vec<String> = rows
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|n| !listed.contains(n.as_str()))
+        .collect();
+    assert!(rows.len() > 2000, "{} names", rows.len());
+    assert!(
+        missing.is_empty(),
+        "not in pg_catalog_functions.txt (run scripts/pg_catalog_functions.sh): {missing:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() {
     let pg = Postgres::start();
@@ -203,6 +235,86 @@ async fn a_do_block_that_sets_keeps_its_setting_to_its_client() {
     drop(a);
     let b = connect(&rw).await;
     assert_eq!(show(&b, "search_path").await, "\"$user\", public");
+}
+
+/// Code stored upstream is opaque to the relay's scan: a function, a procedure or a `DO`
+/// block that SETs at run time leaves its setting in the backend's session. None of it may
+/// reach the next client on the pool's one connection; the caller keeps it to the end of
+/// its transaction (then it is gone, as if it were SET LOCAL). With session 19's build,
+/// B saw A's tenant, search_path, work_mem and statement_timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_made_by_code_stored_upstream_never_reaches_another_client() {
+    let pg = Postgres::start();
+    direct(&pg)
+        .await
+        .batch_execute(
+            "create function set_tenant(t int) returns void language plpgsql as \
+               $$begin perform set_config('app.tenant', t::text, false); end$$;
+             create function use_catalog_path() returns int language plpgsql as \
+               $$begin set search_path = pg_catalog; return 1; end$$;
+             create procedure raise_work_mem() language plpgsql as \
+               $$begin set work_mem = '77MB'; end$$;",
+        )
+        .await
+        .unwrap();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    let tenant = "select coalesce(current_setting('app.tenant', true), '')";
+    let defaults = [
+        show(&b, "search_path").await,
+        show(&b, "work_mem").await,
+        show(&b, "statement_timeout").await,
+    ];
+    let b_sees = || async {
+        let got = [
+            first_value(&b.simple_query(tenant).await.unwrap()),
+            show(&b, "search_path").await,
+            show(&b, "work_mem").await,
+            show(&b, "statement_timeout").await,
+        ];
+        assert_eq!(got[0], "", "B got A's tenant");
+        assert_eq!(got[1..], defaults, "B got A's settings");
+    };
+    let made = [
+        "select set_tenant(42)",
+        "select * from public.set_tenant(43)",
+        "select use_catalog_path()",
+        "call raise_work_mem()",
+        // Spelled at run time: no word the scan could find.
+        "do $$begin execute 'SE' || 'T statement_timeout = ''4242s'''; end$$",
+    ];
+    for sql in made {
+        a.batch_execute(sql).await.unwrap();
+        b_sees().await;
+        assert_eq!(first_value(&a.simple_query(tenant).await.unwrap()), "");
+    }
+    // Through the extended protocol (a Bind of a prepared statement).
+    a.execute("select set_tenant($1)", &[&7i32]).await.unwrap();
+    b_sees().await;
+    // Inside a transaction the caller sees its setting; a SET committed with it (which
+    // marks the connection with the client's settings) does not carry the function's along.
+    a.batch_execute("begin").await.unwrap();
+    a.execute("select set_tenant($1)", &[&9i32]).await.unwrap();
+    assert_eq!(first_value(&a.simple_query(tenant).await.unwrap()), "9");
+    a.batch_execute("set statement_timeout = '55s'; commit")
+        .await
+        .unwrap();
+    b_sees().await;
+    assert_eq!(show(&a, "statement_timeout").await, "55s");
+    a.batch_execute("select set_tenant(10); set work_mem = '5MB'")
+        .await
+        .unwrap();
+    b_sees().await;
+    assert_eq!(show(&a, "work_mem").await, "5MB");
+    drop((a, b, rw));
+    // `--upstream-trust-functions on` takes PgBouncer's assumption, and with it the leak.
+    let rw = start_with(&pg, "1", "1", &["--upstream-trust-functions", "on"]);
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    a.batch_execute("select set_tenant(42)").await.unwrap();
+    assert_eq!(first_value(&a.simple_query(tenant).await.unwrap()), "42");
+    assert_eq!(first_value(&b.simple_query(tenant).await.unwrap()), "42");
 }
 
 /// A COMMIT or ROLLBACK inside a Query of several statements settles the SETs before it,

@@ -570,7 +570,7 @@ pub enum TxControl {
 /// (`nextval`, `setval`, `lastval`, `currval`, bare or quoted: their session state is kept per
 /// client only on connections of its own), or make it write or lock rows
 /// (`insert`, `update`, `delete`, `merge`: data-modifying CTEs and `FOR [NO KEY] UPDATE`;
-/// `share`: `FOR [KEY] SHARE`). Writes are left out because a write can wait for a row lock,
+/// `share`: `FOR [KEY] SHARE`), nor call code stored upstream ([`runs_user_code`]). Writes are left out because a write can wait for a row lock,
 /// and every unit queued behind it on the pipe would wait too, where PostgreSQL's deadlock
 /// detector cannot see the wait (docs/ARCHITECTURE.md, the pipelining hazards).
 /// Allocation-free. Anything doubtful is `None`: it costs one batch the shared connection,
@@ -582,7 +582,13 @@ pub enum TxControl {
 /// (never 0). The pipelines remember the shapes that ran long (`SlowShapes`); the words are
 /// scanned here anyway.
 pub fn autocommit_shape(sql: &str) -> Option<u64> {
-    if !plainly_stateless(sql) || unbalanced_quotes(sql) || sql.contains('\\') {
+    if !plainly_stateless(sql)
+        || unbalanced_quotes(sql)
+        || sql.contains('\\')
+        // What a function of the user's leaves in the session would reach the pipe's next
+        // unit, another client's.
+        || runs_user_code(sql)
+    {
         return None;
     }
     let mut statements = 0;
@@ -1054,6 +1060,275 @@ static STARTS_TOKEN: [bool; 256] = {
     }
     t
 };
+
+/// Whether `sql` may run code stored upstream that this scan cannot read: a call of any
+/// function that is not one of PostgreSQL's built-ins (a user's `set_tenant(42)` may run
+/// `set_config(…, false)` or `SET search_path` inside), `CALL`, `DO` (whose body may spell
+/// a SET at run time, `EXECUTE 'SE' || 'T …'`), and a fast-path FunctionCall (the relay's
+/// business). What such code leaves in the session is invisible to the relay, so the
+/// connection's settings become unknown once its transaction ends (`Session::on_reply`)
+/// and whoever uses it next replays `RESET ALL` and their own SETs. Conservative: a false
+/// "yes" costs that replay (a swallowed `RESET ALL` in front of the next batch on the
+/// connection); a false "no" would let a function's SET reach the next client.
+///
+/// A call is a name followed by `(` — unquoted, lower-cased, not a keyword that takes a
+/// parenthesised list (`IN (`, `VALUES (`, `numeric(10, 2)`), not a built-in from
+/// [`PG_CATALOG_FUNCTIONS`] (unqualified or `pg_catalog.`), and not a relation's column
+/// list (`INSERT INTO t (a, b)`, `AS t(a, b)`, `WITH c (a) AS`, `CREATE FUNCTION f(int)`);
+/// any quoted or otherwise qualified name counts. Left to the upstream, unseen here: code a
+/// statement runs without naming it (triggers, views, column defaults, row security
+/// policies), and a user function in a schema searched before `pg_catalog` under a
+/// built-in's name. Allocation-free, and a statement with no `(` is decided by one memchr.
+pub fn runs_user_code(sql: &str) -> bool {
+    let b = sql.as_bytes();
+    let starts_code = |w: &str| w.eq_ignore_ascii_case("do") || w.eq_ignore_ascii_case("call");
+    if memchr::memchr2(b'(', b';', b).is_none() {
+        return starts_code(first_words(sql)[0]);
+    }
+    let mut found = false;
+    let mut statement_start = true;
+    // The last word names a relation or a definition: a `(` after the name that follows
+    // it opens a column or parameter list, not a call.
+    let mut after_relation_word = false;
+    scan(sql, |start, token| {
+        let (end, quoted) = match token {
+            Token::Word(end) => (end, false),
+            Token::Quoted(end) => (end, true),
+            Token::Semicolon => {
+                (statement_start, after_relation_word) = (true, false);
+                return true;
+            }
+        };
+        let word = &sql[start..end];
+        if std::mem::take(&mut statement_start) && !quoted && starts_code(word) {
+            found = true;
+            return false;
+        }
+        let mut j = end;
+        while j < b.len() && b[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        if b.get(j) == Some(&b'(')
+            && !after_relation_word
+            // A name right after `)` is an alias: `generate_series(1, 3) g(i)`.
+            && !sql[..start].trim_end().ends_with(')')
+        {
+            // `"s".f(` reaches here as `f`, after the `.`.
+            let qualified = start > 0 && b[start - 1] == b'.';
+            found = quoted || qualified || !builtin_or_keyword(word);
+            if found {
+                return false;
+            }
+        }
+        // `INSERT INTO s."T" (`: the qualifier keeps what came before it.
+        if !(word.ends_with('.') || b.get(end) == Some(&b'.')) {
+            after_relation_word = !quoted && word_in(word, RELATION_WORDS);
+        }
+        true
+    });
+    found
+}
+
+/// Words after which the next name is a relation (or CTE, alias, routine being defined),
+/// whose `(` opens a list of columns or parameters. Not `ON` or `USING`: `JOIN … ON f(x)`
+/// and `DELETE … USING f(x)` call `f`.
+const RELATION_WORDS: &[&str] = &[
+    "into",
+    "table",
+    "exists",
+    "as",
+    "with",
+    "recursive",
+    "copy",
+    "references",
+    "view",
+    "function",
+    "procedure",
+    "routine",
+    "aggregate",
+];
+
+/// Keywords PostgreSQL's grammar follows with `(` that are not functions in `pg_catalog`
+/// (SQL syntax, type names with a modifier, index methods, partitioning).
+const PAREN_KEYWORDS: &[&str] = &[
+    "select",
+    "from",
+    "where",
+    "and",
+    "or",
+    "not",
+    "in",
+    "exists",
+    "any",
+    "all",
+    "some",
+    "values",
+    "array",
+    "row",
+    "as",
+    "on",
+    "using",
+    "over",
+    "filter",
+    "group",
+    "by",
+    "then",
+    "else",
+    "when",
+    "case",
+    "is",
+    "like",
+    "ilike",
+    "to",
+    "between",
+    "join",
+    "lateral",
+    "returning",
+    "set",
+    "with",
+    "limit",
+    "offset",
+    "having",
+    "distinct",
+    "union",
+    "intersect",
+    "except",
+    "conflict",
+    "window",
+    "sets",
+    "cube",
+    "rollup",
+    "grouping",
+    "repeatable",
+    "zone",
+    "operator",
+    "escape",
+    "return",
+    "cast",
+    "treat",
+    "coalesce",
+    "nullif",
+    "greatest",
+    "least",
+    "extract",
+    "overlay",
+    "position",
+    "substring",
+    "trim",
+    "normalize",
+    "collation",
+    "current_time",
+    "current_timestamp",
+    "localtime",
+    "localtimestamp",
+    "xmlattributes",
+    "xmlelement",
+    "xmlexists",
+    "xmlforest",
+    "xmlparse",
+    "xmlpi",
+    "xmlroot",
+    "xmlserialize",
+    "xmltable",
+    "columns",
+    "passing",
+    "decimal",
+    "dec",
+    "char",
+    "character",
+    "varying",
+    "nchar",
+    "national",
+    "float",
+    "double",
+    "precision",
+    "integer",
+    "int",
+    "smallint",
+    "bigint",
+    "real",
+    "boolean",
+    "key",
+    "unique",
+    "check",
+    "primary",
+    "foreign",
+    "include",
+    "default",
+    "inherits",
+    "options",
+    "enum",
+    "range",
+    "list",
+    "hash",
+    "btree",
+    "gist",
+    "gin",
+    "spgist",
+    "brin",
+    "for",
+    "analyze",
+    "analyse",
+    "vacuum",
+    "explain",
+    "cluster",
+    "reindex",
+    "only",
+    "do",
+    "update",
+    "insert",
+    "delete",
+    "merge",
+    "matched",
+    "partition",
+    "order",
+    "within",
+    "table",
+    "into",
+    "index",
+    "constraint",
+    "exclude",
+    "generated",
+    "stored",
+    "always",
+    "identity",
+];
+
+/// PostgreSQL's built-in function names (`pg_catalog`), written by
+/// `scripts/pg_catalog_functions.sh` from PostgreSQL 15; a later version's new built-ins
+/// only cost a false "user code" (a replay). tests/upstream.rs checks the file against the
+/// PostgreSQL the tests run.
+pub const PG_CATALOG_FUNCTIONS: &str = include_str!("pg_catalog_functions.txt");
+
+static BUILTINS: LazyLock<std::collections::HashSet<&'static str>> = LazyLock::new(|| {
+    PG_CATALOG_FUNCTIONS
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .chain(PAREN_KEYWORDS.iter().copied())
+        .collect()
+});
+
+fn word_in(word: &str, list: &[&str]) -> bool {
+    list.iter().any(|w| word.eq_ignore_ascii_case(w))
+}
+
+/// An unquoted name before `(` that is a built-in function (bare or `pg_catalog.`) or a
+/// keyword, ASCII-case-insensitively (unquoted names fold to lower case).
+fn builtin_or_keyword(word: &str) -> bool {
+    let name = match word.get(..11) {
+        Some(p) if p.eq_ignore_ascii_case("pg_catalog.") => &word[11..],
+        _ => word,
+    };
+    // (Built-in names are shorter; a longer one is no built-in.)
+    let mut lower = [0u8; 64];
+    if name.len() > lower.len() || name.contains('.') {
+        return false;
+    }
+    let lower = &mut lower[..name.len()];
+    lower.copy_from_slice(name.as_bytes());
+    lower.make_ascii_lowercase();
+    std::str::from_utf8(lower).is_ok_and(|n| BUILTINS.contains(n))
+}
 
 /// Words that make a statement unfit for a replica wherever they appear: writes (also inside
 /// a CTE), `SELECT … INTO` (creates a table), `FOR UPDATE/SHARE` (row locks; `FOR` also ends
@@ -1547,6 +1822,66 @@ mod tests {
         // comments are not statements.
         assert_eq!(ends("/* c */ ; commit"), vec![]);
         assert_eq!(ends("select 'commit; rollback'; select 1"), vec![]);
+    }
+
+    #[test]
+    fn what_runs_user_code() {
+        for sql in [
+            "select set_tenant(42)",
+            "SELECT public.f()",
+            "select \"MyFunc\"(1)",
+            "select \"s\".lower(x)",
+            "select S.lower(x)",
+            "SELECT * FROM my_rows()",
+            "CALL p(1)",
+            "call p",
+            "do $$begin perform 1; end$$",
+            "DO 'BEGIN NULL; END'",
+            "select 1; /* c */ Do $$x$$",
+            "select * from t join u on f(t.a) = u.b",
+            "delete from t using f(1) x",
+            "select x, f (y) from t",
+            "select (g(1))",
+            "select * from t, lateral g(t.a)",
+            "select 1 from t where x in (select h(y))",
+            "insert into t values (f(1))",
+            "insert into t (a) select f(1)",
+            "select lower(x) from t where mine(x)",
+        ] {
+            assert!(runs_user_code(sql), "{sql}");
+            assert!(!autocommit_only(sql), "{sql}");
+        }
+        for sql in [
+            "select * from t",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 1",
+            "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
+             VALUES (1, 2, 3, 4, CURRENT_TIMESTAMP)",
+            "insert into \"Users\" (\"Name\") values ($1)",
+            "INSERT INTO public.\"Users\" (\"Name\") values ($1)",
+            "insert into \"s\".\"T\" (a) values (1)",
+            "select count(*), lower(x), pg_catalog.upper(y), PG_CATALOG.Now() from t \
+             where a in (1, 2) and exists (select 1) and b = any ($1)",
+            "select cast(x as numeric(10, 2)), x::varchar(20), x::character varying(3), \
+             coalesce(a, b), extract(year from d), substring(s from 2) from t",
+            "with c (a) as (select 1) select * from c",
+            "with recursive r(n) as (values (1)) select * from r",
+            "select * from generate_series(1, 3) g(i)",
+            "select * from t as x(a, b)",
+            "CREATE TABLE t (a int primary key, b text check (b <> ''), unique (b))",
+            "create function f(a int) returns int language sql as 'select set_tenant(a)'",
+            "create or replace procedure \"s\".\"p\"(a int) language sql as $$select 1$$",
+            "drop function if exists f(int)",
+            "select 'f(x)', $$g(y)$$ -- h(z)\n",
+            "update t set (a, b) = (1, 2) where id = 1",
+            "select sum(x) filter (where x > 0) over (partition by y order by z) from t",
+            "select row(1, 2), array(select 1)",
+            "INSERT INTO t (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET a = excluded.a",
+            "select 1; select 2",
+            "",
+        ] {
+            assert!(!runs_user_code(sql), "{sql}");
+        }
+        assert!(autocommit_only("select pg_sleep(0.3)"));
     }
 
     #[test]

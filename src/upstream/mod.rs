@@ -134,6 +134,10 @@ pub struct Upstreams {
     /// `--upstream-pipeline-slow-ms`: a pipe's head unit that has run this long is slow
     /// (`pipe.rs`, "A long statement").
     pub pipeline_slow: Duration,
+    /// `--upstream-trust-functions on`: code stored upstream (functions, procedures, DO) is
+    /// assumed to leave no setting behind, so running it does not make its connection's
+    /// settings unknown (`classify::runs_user_code`).
+    pub trust_functions: bool,
     /// `--upstream-login`.
     pub login: UpstreamLogin,
     /// `--upstream-max-connections`: connections to each host over every (user, database)

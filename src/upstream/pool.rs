@@ -184,6 +184,8 @@ pub struct ShardUpstream {
     pipes: RefCell<Vec<Rc<Pipe>>>,
     /// Most units per pipelined connection; below 2, nothing is pipelined.
     pipeline_depth: usize,
+    /// `--upstream-trust-functions on` ([`super::Upstreams::trust_functions`]).
+    pub trust_functions: bool,
     /// Shapes of batches that ran long on a pipe (see `pipe.rs`).
     pub slow: SlowShapes,
     /// Session ids (who queued a Parse on a shared connection).
@@ -492,6 +494,7 @@ impl ShardUpstream {
             next_statement: Cell::new(1),
             pipes: RefCell::new(Vec::new()),
             pipeline_depth: upstreams.pipeline_depth,
+            trust_functions: upstreams.trust_functions,
             slow: SlowShapes::new(upstreams.pipeline_slow),
             next_session: Cell::new(1),
             counters: Default::default(),

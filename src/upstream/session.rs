@@ -49,8 +49,9 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_shape, begin_modes, classify, combine_shapes, contains_ignore_case, deallocated,
-    read_only, reads_sequence_state, route, sets_identity, setting_value, startup_changes_lexing,
-    startup_creates_temp_objects, tx_end, Isolation, QueryEnd, Route, SetChange, TxControl, TxEnd,
+    read_only, reads_sequence_state, route, runs_user_code, sets_identity, setting_value,
+    startup_changes_lexing, startup_creates_temp_objects, tx_end, Isolation, QueryEnd, Route,
+    SetChange, TxControl, TxEnd,
 };
 use super::client::{simple_values, LoginError, ReplyBuf};
 use super::pipe::Lease;
@@ -115,6 +116,9 @@ pub struct ClientStatement {
     /// Certainly autocommit-only: may share a pipelined connection. Its shape
     /// ([`autocommit_shape`]).
     autocommit: Option<u64>,
+    /// May run code stored upstream ([`runs_user_code`]): a Bind of it makes the
+    /// connection's settings unknown at the end of the transaction.
+    user_code: bool,
 }
 
 impl ClientStatement {
@@ -262,6 +266,11 @@ pub struct Session {
     savepoint_in_tx: bool,
     /// The session holds state only its connection has: never give the connection back.
     pinned: bool,
+    /// The open transaction (or the batch's implicit one) ran code stored upstream that may
+    /// have changed settings unseen ([`runs_user_code`]): when the connection goes back
+    /// (`give_back`, `close`) its settings are marked unknown, so its next user, this client
+    /// included, replays.
+    ran_user_code: bool,
     expect: VecDeque<Expect>,
     /// The first `must_answer` entries of `expect` will be answered without more client input
     /// (the client sent Sync, Flush or a Query after them).
@@ -530,6 +539,7 @@ impl Session {
             tx_rolled_back: false,
             savepoint_in_tx: false,
             pinned,
+            ran_user_code: false,
             expect: VecDeque::new(),
             must_answer: 0,
             copy_in: false,
@@ -848,6 +858,7 @@ impl Session {
         let Some(mut server) = self.server.take() else {
             return;
         };
+        self.forget_user_code(&mut server);
         // A server skipping messages until a Sync the client never sent is not clean either,
         // nor one holding extended-protocol work that no Sync closed (a Sync would commit it).
         let clean = self.settled();
@@ -1226,9 +1237,23 @@ impl Session {
         Ok(())
     }
 
+    /// A connection that ran code stored upstream ([`runs_user_code`]) goes back: what that
+    /// code left in the session is not known here, so its settings are marked unknown and
+    /// its next user (this client too) gets `RESET ALL` and its own SETs. A function's
+    /// session-level SET thus lasts to the end of its transaction, as if it were SET LOCAL,
+    /// and never reaches another client. Marked as the connection leaves the session, after
+    /// everything else that sets its fingerprint. (A pinned session's connection is its own,
+    /// settings and all, and never goes back.)
+    fn forget_user_code(&mut self, server: &mut ServerConn) {
+        if std::mem::take(&mut self.ran_user_code) {
+            server.settings = SETTINGS_UNKNOWN;
+        }
+    }
+
     /// Give a clean connection back: to the pool, or (a share of a pipe) to the pipe, keeping
     /// the reply buffer for the next unit.
     fn give_back(&mut self, mut server: ServerConn) {
+        self.forget_user_code(&mut server);
         if let Link::Shared(_) = server.link {
             let buf = std::mem::replace(&mut server.buf, ReplyBuf::empty());
             if buf.data().is_empty() {
@@ -2021,6 +2046,7 @@ impl Session {
                     return Ok(());
                 }
                 let done = self.note_effects(sql);
+                self.ran_user_code |= !self.shard.trust_functions && runs_user_code(sql);
                 self.statements.remove("");
                 if let Some(s) = self.server.as_ref() {
                     s.statements.set_unnamed(None);
@@ -2035,6 +2061,8 @@ impl Session {
                 }
             }
             FrontendMessage::FunctionCall => {
+                // Any function, by OID: as opaque as a user's.
+                self.ran_user_code |= !self.shard.trust_functions;
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Nothing);
                 self.must_answer = self.expect.len();
@@ -2084,6 +2112,7 @@ impl Session {
                         .pipelines()
                         .then(|| autocommit_shape(sql))
                         .flatten(),
+                    user_code: !self.shard.trust_functions && runs_user_code(sql),
                 });
                 self.statements.insert(name.into(), stmt.clone());
                 let server = self.server.as_ref().expect("held while translating");
@@ -2112,6 +2141,7 @@ impl Session {
                 };
                 self.ensure_prepared(&stmt);
                 self.note_route(stmt.route);
+                self.ran_user_code |= stmt.user_code;
                 // Bind = portal, statement, then the rest unchanged.
                 let body = &raw[5..];
                 let portal_end = body.iter().position(|&b| b == 0).expect("parsed") + 1;
