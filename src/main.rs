@@ -220,12 +220,15 @@ struct Cli {
     upstream_pipeline_slow_ms: u64,
 
     /// Upstream mode: what a function, procedure or DO block may SET at session level (or
-    /// `set_config(…, false)`) is unseen by the relay, so by default the connection that ran
-    /// one gets `RESET ALL` and its next user's settings replayed before it is used again: the
-    /// setting lasts to the end of its transaction, as if it were SET LOCAL, and never reaches
-    /// another client. `on` trusts that your functions leave no session setting behind and
-    /// saves that replay (PgBouncer's assumption): one that does hands its setting to the
-    /// connection's next client. docs/ARCHITECTURE.md, "Session state".
+    /// `set_config(…, false)`) is unseen by the relay, so by default a connection whose
+    /// client called one (by name, in its statement) goes back to the pool with its settings
+    /// unknown, and its next user, the same client too, gets `RESET ALL` and its own settings
+    /// replayed first: the setting lasts until the connection goes back (the end of the
+    /// batch that ends its transaction) and does not reach another client. `on` trusts that
+    /// your functions leave no session setting behind and saves that replay (PgBouncer's
+    /// assumption): one that does hands its setting to the connection's next client.
+    /// (Such statements stay off `--upstream-pipeline` connections either way.)
+    /// docs/ARCHITECTURE.md, "Code stored upstream", has what the scan cannot see.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     upstream_trust_functions: OnOff,
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::client::{connect, connect_to};
 use common::postgres::Postgres;
 use common::ringwire::Ringwire;
-use tokio_postgres::{error::SqlState, Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{error::SqlState, types::Type, Client, NoTls, SimpleQueryMessage};
 
 fn start(pg: &Postgres, shards: &str, pool: &str) -> Ringwire {
     start_with(pg, shards, pool, &[])
@@ -153,7 +153,7 @@ async fn the_built_in_function_list_is_postgres_own() {
     assert!(rows.len() > 2000, "{} names", rows.len());
     assert!(
         missing.is_empty(),
-        "not in pg_catalog_functions.txt (run scripts/pg_catalog_functions.sh): {missing:?}"
+        "not in pg_catalog_functions.txt (see scripts/pg_catalog_functions.sh): {missing:?}"
     );
 }
 
@@ -289,8 +289,22 @@ async fn a_setting_made_by_code_stored_upstream_never_reaches_another_client() {
         b_sees().await;
         assert_eq!(first_value(&a.simple_query(tenant).await.unwrap()), "");
     }
-    // Through the extended protocol (a Bind of a prepared statement).
+    // Through the extended protocol: a Bind of a prepared statement, and the unnamed
+    // statement (Parse, Bind and Execute in one batch).
     a.execute("select set_tenant($1)", &[&7i32]).await.unwrap();
+    b_sees().await;
+    a.query_typed("select set_tenant($1)", &[(&8i32, Type::INT4)])
+        .await
+        .unwrap();
+    b_sees().await;
+    // A comment between the name and its `(`, and a built-in that runs a query's text.
+    a.batch_execute("select set_tenant /* t */ (12)")
+        .await
+        .unwrap();
+    b_sees().await;
+    a.batch_execute("select query_to_xml('select set_tenant(13)', true, false, '')")
+        .await
+        .unwrap();
     b_sees().await;
     // Inside a transaction the caller sees its setting; a SET committed with it (which
     // marks the connection with the client's settings) does not carry the function's along.
@@ -307,6 +321,18 @@ async fn a_setting_made_by_code_stored_upstream_never_reaches_another_client() {
         .unwrap();
     b_sees().await;
     assert_eq!(show(&a, "work_mem").await, "5MB");
+    // The replay after such code gives a startup application_name back as PostgreSQL shows
+    // it (cleaned to ASCII, quote and backslash kept).
+    let startup = " application_name='O\\'Bri\\\\en \u{e9}t\u{e9}'";
+    let through = connect_to(&format!("{}{startup}", rw.connection_string("postgres"))).await;
+    let at_pg = connect_to(&format!("{}{startup}", pg.connection_string())).await;
+    through
+        .batch_execute("select set_tenant(11)")
+        .await
+        .unwrap();
+    let shown = show(&at_pg, "application_name").await;
+    assert_eq!(shown, "O'Bri\\en ??t??");
+    assert_eq!(show(&through, "application_name").await, shown);
     drop((a, b, rw));
     // `--upstream-trust-functions on` takes PgBouncer's assumption, and with it the leak.
     let rw = start_with(&pg, "1", "1", &["--upstream-trust-functions", "on"]);

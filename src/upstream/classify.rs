@@ -1064,21 +1064,27 @@ static STARTS_TOKEN: [bool; 256] = {
 /// Whether `sql` may run code stored upstream that this scan cannot read: a call of any
 /// function that is not one of PostgreSQL's built-ins (a user's `set_tenant(42)` may run
 /// `set_config(…, false)` or `SET search_path` inside), `CALL`, `DO` (whose body may spell
-/// a SET at run time, `EXECUTE 'SE' || 'T …'`), and a fast-path FunctionCall (the relay's
-/// business). What such code leaves in the session is invisible to the relay, so the
-/// connection's settings become unknown once its transaction ends (`Session::on_reply`)
-/// and whoever uses it next replays `RESET ALL` and their own SETs. Conservative: a false
-/// "yes" costs that replay (a swallowed `RESET ALL` in front of the next batch on the
-/// connection); a false "no" would let a function's SET reach the next client.
+/// a SET at run time, `EXECUTE 'SE' || 'T …'`), and the built-ins that run a query given as
+/// text ([`RUN_QUERY_TEXT`]). What such code leaves in the session is invisible to the
+/// relay, so the connection goes back to its pool with its settings unknown
+/// (`Session::give_back`) and whoever uses it next replays `RESET ALL` and their own SETs.
+/// Conservative: a false "yes" costs that replay; a false "no" would let a function's SET
+/// reach the next client.
 ///
-/// A call is a name followed by `(` — unquoted, lower-cased, not a keyword that takes a
-/// parenthesised list (`IN (`, `VALUES (`, `numeric(10, 2)`), not a built-in from
-/// [`PG_CATALOG_FUNCTIONS`] (unqualified or `pg_catalog.`), and not a relation's column
-/// list (`INSERT INTO t (a, b)`, `AS t(a, b)`, `WITH c (a) AS`, `CREATE FUNCTION f(int)`);
-/// any quoted or otherwise qualified name counts. Left to the upstream, unseen here: code a
-/// statement runs without naming it (triggers, views, column defaults, row security
-/// policies), and a user function in a schema searched before `pg_catalog` under a
-/// built-in's name. Allocation-free, and a statement with no `(` is decided by one memchr.
+/// A call is a name followed by `(` (comments between them are blank, as to PostgreSQL)
+/// that is not a keyword taking a parenthesised list (`IN (`, `VALUES (`, `numeric(10, 2)`,
+/// `ORDER BY (`: only reserved keywords, those that cannot name a function, and a few in
+/// the place the grammar gives them), not a built-in from [`PG_CATALOG_FUNCTIONS`] (bare or
+/// `pg_catalog.`), not a relation's column list (`INSERT INTO t (a, b)`, `AS t(a, b)`,
+/// `WITH c (a) AS`, `CREATE FUNCTION f(int)`: the name right after one of
+/// [`RELATION_WORDS`]), not an alias right after `)` (`generate_series(1, 3) g(i)`), and not
+/// a statement's first word (`EXPLAIN (…)`, `COPY (…)`). Any quoted or otherwise qualified
+/// name counts, and so does a name with a comment just before it. Left to the upstream,
+/// unseen here: code a statement runs without naming it in call syntax (triggers, views,
+/// column defaults, row security policies, operators, casts, domain checks, `p.full_name`
+/// attribute notation), and a user's overload of a built-in's name (`public.lower(int)`
+/// called as `lower(42)`). Allocation-free; a statement with neither `(` nor `;` is decided
+/// by its first word.
 pub fn runs_user_code(sql: &str) -> bool {
     let b = sql.as_bytes();
     let starts_code = |w: &str| w.eq_ignore_ascii_case("do") || w.eq_ignore_ascii_case("call");
@@ -1087,43 +1093,55 @@ pub fn runs_user_code(sql: &str) -> bool {
     }
     let mut found = false;
     let mut statement_start = true;
-    // The last word names a relation or a definition: a `(` after the name that follows
-    // it opens a column or parameter list, not a call.
-    let mut after_relation_word = false;
+    // Where the previous word or quoted name ended, and what it was: the text between it
+    // and the next tells a qualified name (`.`), an alias (`)`) or a comment apart.
+    let mut prev_end = 0;
+    let mut prev_word = "";
+    // The previous token was one of RELATION_WORDS / was (part of) the relation name after
+    // one: a `(` after the name opens a column or parameter list, not a call.
+    let (mut prev_relation_word, mut prev_relation_name) = (false, false);
     scan(sql, |start, token| {
         let (end, quoted) = match token {
             Token::Word(end) => (end, false),
             Token::Quoted(end) => (end, true),
             Token::Semicolon => {
-                (statement_start, after_relation_word) = (true, false);
+                statement_start = true;
+                prev_end = start + 1;
+                (prev_word, prev_relation_word, prev_relation_name) = ("", false, false);
                 return true;
             }
         };
         let word = &sql[start..end];
-        if std::mem::take(&mut statement_start) && !quoted && starts_code(word) {
+        let gap = &sql[prev_end..start];
+        prev_end = end;
+        // A comment before the name: read no further into it.
+        let murky = gap.contains("--") || gap.contains("/*");
+        let gap = gap.trim();
+        let continues = !murky && (gap == "." || gap.is_empty() && prev_word.ends_with('.'));
+        let relation_name =
+            !murky && (gap.is_empty() && prev_relation_word || continues && prev_relation_name);
+        let first = std::mem::take(&mut statement_start);
+        if first && !quoted && starts_code(word) {
             found = true;
             return false;
         }
-        let mut j = end;
-        while j < b.len() && b[j].is_ascii_whitespace() {
-            j += 1;
-        }
-        if b.get(j) == Some(&b'(')
-            && !after_relation_word
-            // A name right after `)` is an alias: `generate_series(1, 3) g(i)`.
-            && !sql[..start].trim_end().ends_with(')')
-        {
-            // `"s".f(` reaches here as `f`, after the `.`.
-            let qualified = start > 0 && b[start - 1] == b'.';
-            found = quoted || qualified || !builtin_or_keyword(word);
-            if found {
+        if !relation_name && !first && skip_blank(&sql[end..]).starts_with('(') {
+            let call = murky
+                || quoted
+                || continues
+                || !(gap.ends_with(')')
+                    || gap.is_empty() && keyword_in_place(prev_word, word)
+                    // `UPDATE t SET (a, b) = …`
+                    || gap.is_empty() && prev_relation_name && word.eq_ignore_ascii_case("set")
+                    || builtin_or_keyword(word));
+            if call {
+                found = true;
                 return false;
             }
         }
-        // `INSERT INTO s."T" (`: the qualifier keeps what came before it.
-        if !(word.ends_with('.') || b.get(end) == Some(&b'.')) {
-            after_relation_word = !quoted && word_in(word, RELATION_WORDS);
-        }
+        prev_word = if quoted { "" } else { word };
+        prev_relation_word = !quoted && word_in(word, RELATION_WORDS);
+        prev_relation_name = relation_name;
         true
     });
     found
@@ -1131,9 +1149,12 @@ pub fn runs_user_code(sql: &str) -> bool {
 
 /// Words after which the next name is a relation (or CTE, alias, routine being defined),
 /// whose `(` opens a list of columns or parameters. Not `ON` or `USING`: `JOIN … ON f(x)`
-/// and `DELETE … USING f(x)` call `f`.
+/// and `DELETE … USING f(x)` call `f`. (`update`: for `UPDATE t SET (a, b)` and `DO UPDATE
+/// SET (a, b)`.) Only the very next name: `GENERATED ALWAYS AS
+/// (f(a))` calls `f`.
 const RELATION_WORDS: &[&str] = &[
     "into",
+    "update",
     "table",
     "exists",
     "as",
@@ -1148,8 +1169,11 @@ const RELATION_WORDS: &[&str] = &[
     "aggregate",
 ];
 
-/// Keywords PostgreSQL's grammar follows with `(` that are not functions in `pg_catalog`
-/// (SQL syntax, type names with a modifier, index methods, partitioning).
+/// Keywords the grammar may follow with `(` that no user's function can be named
+/// unquoted: reserved keywords, and the "column name" ones (type names, SQL-standard
+/// function syntax), plus `join`, `like`, `ilike`, `similar`, `is`, `overlaps`,
+/// `collation` and `tablesample`, which could name a function but would take quotes to be
+/// called where they stand. (`OVER (`, `FILTER (`, `WITHIN GROUP (` follow a `)`.)
 const PAREN_KEYWORDS: &[&str] = &[
     "select",
     "from",
@@ -1158,33 +1182,21 @@ const PAREN_KEYWORDS: &[&str] = &[
     "or",
     "not",
     "in",
-    "exists",
     "any",
     "all",
     "some",
-    "values",
     "array",
-    "row",
     "as",
     "on",
     "using",
-    "over",
-    "filter",
     "group",
-    "by",
     "then",
     "else",
     "when",
     "case",
-    "is",
-    "like",
-    "ilike",
     "to",
-    "between",
-    "join",
     "lateral",
     "returning",
-    "set",
     "with",
     "limit",
     "offset",
@@ -1193,19 +1205,34 @@ const PAREN_KEYWORDS: &[&str] = &[
     "union",
     "intersect",
     "except",
-    "conflict",
     "window",
-    "sets",
-    "cube",
-    "rollup",
-    "grouping",
-    "repeatable",
-    "zone",
-    "operator",
-    "escape",
-    "return",
     "cast",
-    "treat",
+    "for",
+    "do",
+    "table",
+    "into",
+    "only",
+    "order",
+    "check",
+    "unique",
+    "primary",
+    "foreign",
+    "references",
+    "default",
+    "constraint",
+    "analyze",
+    "analyse",
+    "variadic",
+    "fetch",
+    "current_time",
+    "current_timestamp",
+    "localtime",
+    "localtimestamp",
+    // column-name keywords
+    "exists",
+    "values",
+    "row",
+    "between",
     "coalesce",
     "nullif",
     "greatest",
@@ -1215,32 +1242,28 @@ const PAREN_KEYWORDS: &[&str] = &[
     "position",
     "substring",
     "trim",
+    "treat",
     "normalize",
-    "collation",
-    "current_time",
-    "current_timestamp",
-    "localtime",
-    "localtimestamp",
+    "grouping",
     "xmlattributes",
+    "xmlconcat",
     "xmlelement",
     "xmlexists",
     "xmlforest",
+    "xmlnamespaces",
     "xmlparse",
     "xmlpi",
     "xmlroot",
     "xmlserialize",
     "xmltable",
-    "columns",
-    "passing",
     "decimal",
     "dec",
     "char",
     "character",
-    "varying",
+    "varchar",
     "nchar",
     "national",
     "float",
-    "double",
     "precision",
     "integer",
     "int",
@@ -1248,62 +1271,63 @@ const PAREN_KEYWORDS: &[&str] = &[
     "bigint",
     "real",
     "boolean",
-    "key",
-    "unique",
-    "check",
-    "primary",
-    "foreign",
-    "include",
-    "default",
-    "inherits",
-    "options",
-    "enum",
-    "range",
-    "list",
-    "hash",
-    "btree",
-    "gist",
-    "gin",
-    "spgist",
-    "brin",
-    "for",
-    "analyze",
-    "analyse",
-    "vacuum",
-    "explain",
-    "cluster",
-    "reindex",
-    "only",
-    "do",
-    "update",
-    "insert",
-    "delete",
-    "merge",
-    "matched",
-    "partition",
-    "order",
-    "within",
-    "table",
-    "into",
-    "index",
-    "constraint",
-    "exclude",
-    "generated",
-    "stored",
-    "always",
-    "identity",
+    "numeric",
+    "time",
+    "timestamp",
+    "interval",
+    "bit",
+    "setof",
+    // type or function name keywords
+    "join",
+    "like",
+    "ilike",
+    "similar",
+    "is",
+    "overlaps",
+    "collation",
+    "tablesample",
+];
+
+/// A keyword that may name a function elsewhere but not right after `prev`: `ORDER BY (`,
+/// `ON CONFLICT (`, `GROUPING SETS (`, `PRIMARY KEY (`, `AT TIME ZONE (`,
+/// `CHARACTER VARYING(`, `PARTITION BY RANGE (`, `COPY … FROM STDIN (FORMAT binary)`.
+fn keyword_in_place(prev: &str, word: &str) -> bool {
+    let is = |w: &str, list: &[&str]| word_in(w, list);
+    match () {
+        _ if word.eq_ignore_ascii_case("by") => is(prev, &["order", "group", "partition"]),
+        _ if word.eq_ignore_ascii_case("conflict") => prev.eq_ignore_ascii_case("on"),
+        _ if word.eq_ignore_ascii_case("sets") => prev.eq_ignore_ascii_case("grouping"),
+        _ if word.eq_ignore_ascii_case("key") => is(prev, &["primary", "foreign"]),
+        _ if word.eq_ignore_ascii_case("zone") => prev.eq_ignore_ascii_case("time"),
+        _ if word.eq_ignore_ascii_case("varying") => is(prev, &["character", "bit"]),
+        _ if is(word, &["range", "list", "hash"]) => prev.eq_ignore_ascii_case("by"),
+        _ if is(word, &["stdin", "stdout"]) => is(prev, &["from", "to"]),
+        _ => false,
+    }
+}
+
+/// Built-ins that run a query given to them as text, which may call anything:
+/// `query_to_xml('select set_tenant(42)', …)`.
+const RUN_QUERY_TEXT: &[&str] = &[
+    "query_to_xml",
+    "query_to_xmlschema",
+    "query_to_xml_and_xmlschema",
+    "ts_stat",
+    "ts_rewrite",
 ];
 
 /// PostgreSQL's built-in function names (`pg_catalog`), written by
-/// `scripts/pg_catalog_functions.sh` from PostgreSQL 15; a later version's new built-ins
-/// only cost a false "user code" (a replay). tests/upstream.rs checks the file against the
-/// PostgreSQL the tests run.
+/// `scripts/pg_catalog_functions.sh` from PostgreSQL 15. A newer version's built-ins are
+/// not in it and only cost a false "user code" (a replay); a name listed here that an older
+/// server lacks would hide a user's function of that name, so the list comes from the
+/// oldest version ringwire fronts. tests/upstream.rs checks it against the PostgreSQL the
+/// tests run.
 pub const PG_CATALOG_FUNCTIONS: &str = include_str!("pg_catalog_functions.txt");
 
 static BUILTINS: LazyLock<std::collections::HashSet<&'static str>> = LazyLock::new(|| {
     PG_CATALOG_FUNCTIONS
         .lines()
-        .filter(|l| !l.starts_with('#'))
+        .filter(|l| !l.starts_with('#') && !RUN_QUERY_TEXT.contains(l))
         .chain(PAREN_KEYWORDS.iter().copied())
         .collect()
 });
@@ -1847,6 +1871,19 @@ mod tests {
             "insert into t values (f(1))",
             "insert into t (a) select f(1)",
             "select lower(x) from t where mine(x)",
+            // Comments are blank between a name and its `(`, and hide nothing before it.
+            "select set_tenant/**/(42)",
+            "select set_tenant --x\n(42)",
+            "select -- tenant (see #12)\nset_tenant(42)",
+            "select a, /* ) */ f(1) from t",
+            "select app./**/lower(x)",
+            // Unreserved keywords can name a user's function.
+            "select hash(email) from users",
+            "select key(1), range(2), options(3), index(4), partition(5)",
+            "select app . lower(x)",
+            "alter table t add column g int generated always as (set_tenant(a)) stored",
+            "select query_to_xml('select set_tenant(42)', true, false, '')",
+            "SELECT * FROM T AS X, F(1)",
         ] {
             assert!(runs_user_code(sql), "{sql}");
             assert!(!autocommit_only(sql), "{sql}");
@@ -1876,7 +1913,18 @@ mod tests {
             "select sum(x) filter (where x > 0) over (partition by y order by z) from t",
             "select row(1, 2), array(select 1)",
             "INSERT INTO t (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET a = excluded.a",
+            "insert into t (a, b) values (1, 2) on conflict (a) do update set (a, b) = (3, 4)",
             "select 1; select 2",
+            "select count(*) filter (where a) over (order by (b)) from t group by (c)",
+            "select x at time zone ('utc') from t",
+            "select cast(a as character varying(10)), b::bit varying(3) from t",
+            "insert into t (a) values (1) on conflict (a) do nothing",
+            "select 1 from t group by grouping sets ((a), (b))",
+            "create table p (a int, primary key (a)) partition by range (a)",
+            "copy t from stdin (format binary)",
+            "COPY (SELECT 1) TO STDOUT (FORMAT csv)",
+            "explain (analyze, verbose) select lower(a) from t",
+            "/* app:x */ select count(*) from t",
             "",
         ] {
             assert!(!runs_user_code(sql), "{sql}");

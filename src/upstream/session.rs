@@ -1925,12 +1925,23 @@ impl Session {
             // "cannot use serializable mode in a hot standby"; a read-only statement sees the
             // same at repeatable read (one snapshot either way).
             .then_some("SET default_transaction_isolation = 'repeatable read'");
+        // A startup `application_name` (most drivers send one) is replayed as a SET: a plain
+        // string setting reads the same either way (PostgreSQL's own hook cleans and
+        // truncates it for both), and a SET cost the upstream half what the `set_config`
+        // SELECT did (PERF.md, session 20). The login check keeps `set_config`, whose answer
+        // is the value PostgreSQL shows.
+        let application_name = self
+            .startup_value("application_name")
+            .map(|v| format!("SET application_name TO {}", quote_literal(v)));
         let statements: Vec<&str> = std::iter::once("RESET ALL")
             .chain(
                 self.startup_sets
                     .iter()
-                    .chain(self.sets.iter())
-                    .map(|(_, stmt)| stmt.as_str()),
+                    .map(|(name, stmt)| match (name.as_str(), &application_name) {
+                        ("application_name", Some(set)) => set.as_str(),
+                        _ => stmt.as_str(),
+                    })
+                    .chain(self.sets.iter().map(|(_, stmt)| stmt.as_str())),
             )
             .chain(serializable_on_replica)
             .collect();
