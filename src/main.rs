@@ -224,11 +224,12 @@ struct Cli {
     /// client called one (by name, in its statement) goes back to the pool with its settings
     /// unknown, and its next user, the same client too, gets `RESET ALL` and its own settings
     /// replayed first: the setting lasts until the connection goes back (the end of the
-    /// batch that ends its transaction) and does not reach another client. `on` trusts that
-    /// your functions leave no session setting behind and saves that replay (PgBouncer's
-    /// assumption): one that does hands its setting to the connection's next client.
-    /// (Such statements stay off `--upstream-pipeline` connections either way.)
-    /// docs/ARCHITECTURE.md, "Code stored upstream", has what the scan cannot see.
+    /// batch that ends its transaction) and does not reach another client, but for what the
+    /// scan cannot see (triggers, views, overloads of built-in names, …: docs/ARCHITECTURE.md,
+    /// "Code stored upstream"). `on` trusts that your functions leave no session setting
+    /// behind and saves that replay (PgBouncer's assumption): one that does hands its
+    /// setting to the connection's next client. (Such statements stay off
+    /// `--upstream-pipeline` connections either way.)
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     upstream_trust_functions: OnOff,
 

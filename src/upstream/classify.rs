@@ -470,6 +470,12 @@ pub fn classify(sql: &str) -> Effects {
             sets_at_end = fx.sets.len();
         }
         match w.as_slice() {
+            // Off for the rest of the transaction is off for the scans of its statements.
+            ["set", "local", "standard_conforming_strings", ..]
+                if !turns_on_conforming_strings(stmt) =>
+            {
+                fx.pins = true
+            }
             ["set", "local" | "transaction" | "constraints", ..] => {}
             // The current value made the session's own: nothing changes (replayed as text it
             // would mean the default).
@@ -1087,16 +1093,19 @@ static STARTS_TOKEN: [bool; 256] = {
 /// by its first word.
 pub fn runs_user_code(sql: &str) -> bool {
     let b = sql.as_bytes();
-    let starts_code = |w: &str| w.eq_ignore_ascii_case("do") || w.eq_ignore_ascii_case("call");
+    // (`EXECUTE name`: a statement prepared by SQL PREPARE, which pins, or by ringwire.)
+    let starts_code = |w: &str| word_in(w, &["do", "call", "execute"]);
     if memchr::memchr2(b'(', b';', b).is_none() {
         return starts_code(first_words(sql)[0]);
     }
     let mut found = false;
     let mut statement_start = true;
+    let mut first_word = "";
     // Where the previous word or quoted name ended, and what it was: the text between it
     // and the next tells a qualified name (`.`), an alias (`)`) or a comment apart.
     let mut prev_end = 0;
     let mut prev_word = "";
+    let mut prev_quoted = false;
     // The previous token was one of RELATION_WORDS / was (part of) the relation name after
     // one: a `(` after the name opens a column or parameter list, not a call.
     let (mut prev_relation_word, mut prev_relation_name) = (false, false);
@@ -1105,9 +1114,10 @@ pub fn runs_user_code(sql: &str) -> bool {
             Token::Word(end) => (end, false),
             Token::Quoted(end) => (end, true),
             Token::Semicolon => {
-                statement_start = true;
+                (statement_start, first_word) = (true, "");
                 prev_end = start + 1;
                 (prev_word, prev_relation_word, prev_relation_name) = ("", false, false);
+                prev_quoted = false;
                 return true;
             }
         };
@@ -1121,16 +1131,31 @@ pub fn runs_user_code(sql: &str) -> bool {
         let relation_name =
             !murky && (gap.is_empty() && prev_relation_word || continues && prev_relation_name);
         let first = std::mem::take(&mut statement_start);
-        if first && !quoted && starts_code(word) {
-            found = true;
-            return false;
+        if first && !quoted {
+            if starts_code(word) {
+                found = true;
+                return false;
+            }
+            first_word = word;
         }
         if !relation_name && !first && skip_blank(&sql[end..]).starts_with('(') {
+            // The word just before (none if something else came between), and whether what
+            // came before ends an operand: a literal, a quoted name, a name that is no
+            // keyword. (A `)` before is an alias's, below.)
+            let adjacent = if gap.is_empty() { prev_word } else { "" };
+            let operand_before = if gap.is_empty() {
+                prev_quoted
+                    || !prev_word.is_empty()
+                        && !word_in(prev_word, PAREN_KEYWORDS)
+                        && !prev_word.eq_ignore_ascii_case("by")
+            } else {
+                gap.ends_with(|c: char| c == '\'' || c.is_ascii_digit())
+            };
             let call = murky
                 || quoted
                 || continues
                 || !(gap.ends_with(')')
-                    || gap.is_empty() && keyword_in_place(prev_word, word)
+                    || keyword_in_place(first_word, adjacent, operand_before, word)
                     // `UPDATE t SET (a, b) = …`
                     || gap.is_empty() && prev_relation_name && word.eq_ignore_ascii_case("set")
                     || builtin_or_keyword(word));
@@ -1140,6 +1165,7 @@ pub fn runs_user_code(sql: &str) -> bool {
             }
         }
         prev_word = if quoted { "" } else { word };
+        prev_quoted = quoted;
         prev_relation_word = !quoted && word_in(word, RELATION_WORDS);
         prev_relation_name = relation_name;
         true
@@ -1171,9 +1197,10 @@ const RELATION_WORDS: &[&str] = &[
 
 /// Keywords the grammar may follow with `(` that no user's function can be named
 /// unquoted: reserved keywords, and the "column name" ones (type names, SQL-standard
-/// function syntax), plus `join`, `like`, `ilike`, `similar`, `is`, `overlaps`,
-/// `collation` and `tablesample`, which could name a function but would take quotes to be
-/// called where they stand. (`OVER (`, `FILTER (`, `WITHIN GROUP (` follow a `)`.)
+/// function syntax). Others that may name a function are told apart by their place
+/// ([`keyword_in_place`]); `OVER (`, `FILTER (`, `WITHIN GROUP (` and `OVERLAPS (` follow a
+/// `)`. (Not `storage::quote_identifier`'s list, which has the type-or-function-name
+/// keywords too: `isnull(a, b)` is a user's function in many a port from SQL Server.)
 const PAREN_KEYWORDS: &[&str] = &[
     "select",
     "from",
@@ -1277,31 +1304,37 @@ const PAREN_KEYWORDS: &[&str] = &[
     "interval",
     "bit",
     "setof",
-    // type or function name keywords
-    "join",
-    "like",
-    "ilike",
-    "similar",
-    "is",
-    "overlaps",
-    "collation",
-    "tablesample",
 ];
 
-/// A keyword that may name a function elsewhere but not right after `prev`: `ORDER BY (`,
-/// `ON CONFLICT (`, `GROUPING SETS (`, `PRIMARY KEY (`, `AT TIME ZONE (`,
-/// `CHARACTER VARYING(`, `PARTITION BY RANGE (`, `COPY … FROM STDIN (FORMAT binary)`.
-fn keyword_in_place(prev: &str, word: &str) -> bool {
+/// A keyword that may name a function elsewhere but not where it stands: right after
+/// `prev` (`ORDER BY (`, `GROUPING SETS (`, `PRIMARY KEY (`, `AT TIME ZONE (`,
+/// `CHARACTER VARYING(`), in the statement that `first` begins (`INSERT … ON CONFLICT (`,
+/// `COPY … FROM STDIN (FORMAT binary)`), or after an operand (`a JOIN (select …)`,
+/// `x LIKE (…)`: a call never follows an operand).
+fn keyword_in_place(first: &str, prev: &str, operand_before: bool, word: &str) -> bool {
     let is = |w: &str, list: &[&str]| word_in(w, list);
     match () {
         _ if word.eq_ignore_ascii_case("by") => is(prev, &["order", "group", "partition"]),
-        _ if word.eq_ignore_ascii_case("conflict") => prev.eq_ignore_ascii_case("on"),
         _ if word.eq_ignore_ascii_case("sets") => prev.eq_ignore_ascii_case("grouping"),
         _ if word.eq_ignore_ascii_case("key") => is(prev, &["primary", "foreign"]),
         _ if word.eq_ignore_ascii_case("zone") => prev.eq_ignore_ascii_case("time"),
         _ if word.eq_ignore_ascii_case("varying") => is(prev, &["character", "bit"]),
-        _ if is(word, &["range", "list", "hash"]) => prev.eq_ignore_ascii_case("by"),
-        _ if is(word, &["stdin", "stdout"]) => is(prev, &["from", "to"]),
+        _ if word.eq_ignore_ascii_case("conflict") => {
+            prev.eq_ignore_ascii_case("on") && first.eq_ignore_ascii_case("insert")
+        }
+        _ if is(word, &["stdin", "stdout"]) => {
+            is(prev, &["from", "to"]) && first.eq_ignore_ascii_case("copy")
+        }
+        _ if word.eq_ignore_ascii_case("join") => {
+            operand_before
+                || is(
+                    prev,
+                    &[
+                        "inner", "left", "right", "full", "outer", "cross", "natural",
+                    ],
+                )
+        }
+        _ if is(word, &["like", "ilike"]) => operand_before || prev.eq_ignore_ascii_case("not"),
         _ => false,
     }
 }
@@ -1319,9 +1352,9 @@ const RUN_QUERY_TEXT: &[&str] = &[
 /// PostgreSQL's built-in function names (`pg_catalog`), written by
 /// `scripts/pg_catalog_functions.sh` from PostgreSQL 15. A newer version's built-ins are
 /// not in it and only cost a false "user code" (a replay); a name listed here that an older
-/// server lacks would hide a user's function of that name, so the list comes from the
-/// oldest version ringwire fronts. tests/upstream.rs checks it against the PostgreSQL the
-/// tests run.
+/// server lacks hides a user's function of that name there (on 13 or 14: `regexp_like`,
+/// `string_to_table`, `date_bin` and the like, which PostgreSQL 14 and 15 added).
+/// tests/upstream.rs checks it against the PostgreSQL the tests run.
 pub const PG_CATALOG_FUNCTIONS: &str = include_str!("pg_catalog_functions.txt");
 
 static BUILTINS: LazyLock<std::collections::HashSet<&'static str>> = LazyLock::new(|| {
@@ -1884,6 +1917,15 @@ mod tests {
             "alter table t add column g int generated always as (set_tenant(a)) stored",
             "select query_to_xml('select set_tenant(42)', true, false, '')",
             "SELECT * FROM T AS X, F(1)",
+            // Type-or-function-name and unreserved keywords where a call can stand.
+            "SELECT is(have, want)",
+            "SELECT join(tags, ',') FROM posts",
+            "select * from t order by join(a)",
+            "select similar(a, b), isnull(c, d)",
+            "select id from users order by hash(email)",
+            "select 1 from t group by range(x)",
+            "select a from t join u on conflict(t.a, u.a)",
+            "execute ringwire_7",
         ] {
             assert!(runs_user_code(sql), "{sql}");
             assert!(!autocommit_only(sql), "{sql}");
@@ -1920,11 +1962,15 @@ mod tests {
             "select cast(a as character varying(10)), b::bit varying(3) from t",
             "insert into t (a) values (1) on conflict (a) do nothing",
             "select 1 from t group by grouping sets ((a), (b))",
-            "create table p (a int, primary key (a)) partition by range (a)",
+            "create table p (a int, primary key (a), foreign key (a) references q (b))",
             "copy t from stdin (format binary)",
             "COPY (SELECT 1) TO STDOUT (FORMAT csv)",
             "explain (analyze, verbose) select lower(a) from t",
             "/* app:x */ select count(*) from t",
+            "select * from a join (select 1) b on true",
+            "select * from a left join (b join c on c.x = b.x) on true",
+            "select * from \"A\" join (select 1) b on true",
+            "select 1 from t where name like ('a%') or 'a' ilike ('A') or x not like ('b')",
             "",
         ] {
             assert!(!runs_user_code(sql), "{sql}");
@@ -2006,6 +2052,8 @@ mod tests {
         assert!(classify("SET seed = 0.5").pins);
         assert!(classify("set standard_conforming_strings = off").pins);
         assert!(classify("SET standard_conforming_strings TO 'false'").pins);
+        assert!(classify("set local standard_conforming_strings = off").pins);
+        assert!(!classify("set local standard_conforming_strings = on").pins);
         assert!(!classify("SET standard_conforming_strings = on").pins);
         assert!(!classify("set standard_conforming_strings to 'ON';").pins);
         assert!(startup_changes_lexing(

@@ -1926,13 +1926,17 @@ impl Session {
             // same at repeatable read (one snapshot either way).
             .then_some("SET default_transaction_isolation = 'repeatable read'");
         // A startup `application_name` (most drivers send one) is replayed as a SET: a plain
-        // string setting reads the same either way (PostgreSQL's own hook cleans and
-        // truncates it for both), and a SET cost the upstream half what the `set_config`
-        // SELECT did (PERF.md, session 20). The login check keeps `set_config`, whose answer
-        // is the value PostgreSQL shows.
+        // string setting reads the same either way (PostgreSQL's own hook cleans it for
+        // both), and a SET cost the upstream half what the `set_config` SELECT did (PERF.md,
+        // session 20). The login check keeps `set_config`, whose answer is the value
+        // PostgreSQL shows. (Given twice, in the packet and in `options`, the last wins, as
+        // it did when each was replayed.)
         let application_name = self
-            .startup_value("application_name")
-            .map(|v| format!("SET application_name TO {}", quote_literal(v)));
+            .startup_values
+            .iter()
+            .rev()
+            .find(|(n, _)| n == "application_name")
+            .map(|(_, v)| format!("SET application_name TO {}", quote_literal(v)));
         let statements: Vec<&str> = std::iter::once("RESET ALL")
             .chain(
                 self.startup_sets
