@@ -1083,20 +1083,22 @@ static STARTS_TOKEN: [bool; 256] = {
 /// the place the grammar gives them), not a built-in from [`PG_CATALOG_FUNCTIONS`] (bare or
 /// `pg_catalog.`), not a relation's column list (`INSERT INTO t (a, b)`, `AS t(a, b)`,
 /// `WITH c (a) AS`, `CREATE FUNCTION f(int)`: the name right after one of
-/// [`RELATION_WORDS`]), not an alias right after `)` (`generate_series(1, 3) g(i)`), and not
+/// [`RELATION_WORDS`]), not `OVER (` / `FILTER (` after a call's `)`, and not
 /// a statement's first word (`EXPLAIN (…)`, `COPY (…)`). Any quoted or otherwise qualified
 /// name counts, and so does a name with a comment just before it. Left to the upstream,
 /// unseen here: code a statement runs without naming it in call syntax (triggers, views,
 /// column defaults, row security policies, operators, casts, domain checks, `p.full_name`
 /// attribute notation), and a user's overload of a built-in's name (`public.lower(int)`
-/// called as `lower(42)`). Allocation-free; a statement with neither `(` nor `;` is decided
-/// by its first word.
+/// called as `lower(42)`; docs/ARCHITECTURE.md, "Code stored upstream", has the rest).
+/// Allocation-free; a statement with neither `(` nor `;` is decided by its first word and
+/// whether it says `execute`.
 pub fn runs_user_code(sql: &str) -> bool {
     let b = sql.as_bytes();
-    // (`EXECUTE name`: a statement prepared by SQL PREPARE, which pins, or by ringwire.)
-    let starts_code = |w: &str| word_in(w, &["do", "call", "execute"]);
+    // (`EXECUTE name`, also under EXPLAIN or CREATE TABLE … AS: a statement prepared by
+    // SQL PREPARE, which pins, or by ringwire, which may call anything.)
+    let starts_code = |w: &str| word_in(w, &["do", "call"]);
     if memchr::memchr2(b'(', b';', b).is_none() {
-        return starts_code(first_words(sql)[0]);
+        return starts_code(first_words(sql)[0]) || contains_ignore_case(b, b"execute");
     }
     let mut found = false;
     let mut statement_start = true;
@@ -1131,6 +1133,10 @@ pub fn runs_user_code(sql: &str) -> bool {
         let relation_name =
             !murky && (gap.is_empty() && prev_relation_word || continues && prev_relation_name);
         let first = std::mem::take(&mut statement_start);
+        if !quoted && word.eq_ignore_ascii_case("execute") {
+            found = true;
+            return false;
+        }
         if first && !quoted {
             if starts_code(word) {
                 found = true;
@@ -1147,14 +1153,16 @@ pub fn runs_user_code(sql: &str) -> bool {
                 prev_quoted
                     || !prev_word.is_empty()
                         && !word_in(prev_word, PAREN_KEYWORDS)
-                        && !prev_word.eq_ignore_ascii_case("by")
+                        && !word_in(prev_word, BEFORE_OPERAND)
             } else {
                 gap.ends_with(|c: char| c == '\'' || c.is_ascii_digit())
             };
             let call = murky
                 || quoted
                 || continues
-                || !(gap.ends_with(')')
+                // `count(*) OVER (`: an operator after a call's `)`. (Not any name after a
+                // `)`: `DISTINCT ON (id) f(id)` calls `f`.)
+                || !(gap.ends_with(')') && word_in(word, AFTER_CALL)
                     || keyword_in_place(first_word, adjacent, operand_before, word)
                     // `UPDATE t SET (a, b) = …`
                     || gap.is_empty() && prev_relation_name && word.eq_ignore_ascii_case("set")
@@ -1310,7 +1318,7 @@ const PAREN_KEYWORDS: &[&str] = &[
 /// `prev` (`ORDER BY (`, `GROUPING SETS (`, `PRIMARY KEY (`, `AT TIME ZONE (`,
 /// `CHARACTER VARYING(`), in the statement that `first` begins (`INSERT … ON CONFLICT (`,
 /// `COPY … FROM STDIN (FORMAT binary)`), or after an operand (`a JOIN (select …)`,
-/// `x LIKE (…)`: a call never follows an operand).
+/// `x ILIKE (…)`: a call never follows an operand).
 fn keyword_in_place(first: &str, prev: &str, operand_before: bool, word: &str) -> bool {
     let is = |w: &str, list: &[&str]| word_in(w, list);
     match () {
@@ -1334,10 +1342,41 @@ fn keyword_in_place(first: &str, prev: &str, operand_before: bool, word: &str) -
                     ],
                 )
         }
-        _ if is(word, &["like", "ilike"]) => operand_before || prev.eq_ignore_ascii_case("not"),
+        // (`like` is a built-in: `like(` is never a user's call anyway.)
+        _ if word.eq_ignore_ascii_case("ilike") => {
+            operand_before || prev.eq_ignore_ascii_case("not")
+        }
         _ => false,
     }
 }
+
+/// Words that come right before an operand, so that a name after them may be a call:
+/// keywords missing from [`PAREN_KEYWORDS`] (`LIKE join(…)`, `AT TIME ZONE join(…)`,
+/// `CROSS JOIN join(…)`, `TRIM(BOTH join(…) FROM …)`, `FETCH FIRST join(n) ROWS`).
+const BEFORE_OPERAND: &[&str] = &[
+    "by",
+    "like",
+    "ilike",
+    "similar",
+    "join",
+    "zone",
+    "escape",
+    "both",
+    "leading",
+    "trailing",
+    "symmetric",
+    "asymmetric",
+    "placing",
+    "first",
+    "next",
+    "document",
+    "content",
+    "is",
+    "not",
+];
+
+/// Words that follow a call's `)` as part of its syntax and take a `(` themselves.
+const AFTER_CALL: &[&str] = &["over", "filter", "within", "overlaps"];
 
 /// Built-ins that run a query given to them as text, which may call anything:
 /// `query_to_xml('select set_tenant(42)', …)`.
@@ -1926,6 +1965,18 @@ mod tests {
             "select 1 from t group by range(x)",
             "select a from t join u on conflict(t.a, u.a)",
             "execute ringwire_7",
+            "explain analyze execute ringwire_7",
+            "create table x as execute ringwire_7(1)",
+            "select distinct on (id) set_tenant(id) from t",
+            "select 1 where 1 operator(pg_catalog.=) set_tenant(42)",
+            "select * from generate_series(1, 3) g(i)",
+            "select * from t where path like join(parts, '%')",
+            "select * from t where name not ilike ilike(p)",
+            "select * from a cross join join(x) j",
+            "select * from a join ilike(x) i on true",
+            "select ts at time zone join(z, '/') from t",
+            "select trim(both join(a) from b)",
+            "select * from t fetch first join(n) rows only",
         ] {
             assert!(runs_user_code(sql), "{sql}");
             assert!(!autocommit_only(sql), "{sql}");
@@ -1944,7 +1995,7 @@ mod tests {
              coalesce(a, b), extract(year from d), substring(s from 2) from t",
             "with c (a) as (select 1) select * from c",
             "with recursive r(n) as (values (1)) select * from r",
-            "select * from generate_series(1, 3) g(i)",
+            "select * from generate_series(1, 3) as g(i)",
             "select * from t as x(a, b)",
             "CREATE TABLE t (a int primary key, b text check (b <> ''), unique (b))",
             "create function f(a int) returns int language sql as 'select set_tenant(a)'",
