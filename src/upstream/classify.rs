@@ -1104,7 +1104,7 @@ pub fn runs_user_code(sql: &str) -> bool {
     let mut statement_start = true;
     let mut first_word = "";
     // Where the previous word or quoted name ended, and what it was: the text between it
-    // and the next tells a qualified name (`.`), an alias (`)`) or a comment apart.
+    // and the next tells a qualified name (`.`), a call's end (`)`) or a comment apart.
     let mut prev_end = 0;
     let mut prev_word = "";
     let mut prev_quoted = false;
@@ -1147,7 +1147,7 @@ pub fn runs_user_code(sql: &str) -> bool {
         if !relation_name && !first && skip_blank(&sql[end..]).starts_with('(') {
             // The word just before (none if something else came between), and whether what
             // came before ends an operand: a literal, a quoted name, a name that is no
-            // keyword. (A `)` before is an alias's, below.)
+            // keyword. (What may follow a `)` is below.)
             let adjacent = if gap.is_empty() { prev_word } else { "" };
             let operand_before = if gap.is_empty() {
                 prev_quoted

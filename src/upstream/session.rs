@@ -117,7 +117,7 @@ pub struct ClientStatement {
     /// ([`autocommit_shape`]).
     autocommit: Option<u64>,
     /// May run code stored upstream ([`runs_user_code`]): a Bind of it makes the
-    /// connection's settings unknown at the end of the transaction.
+    /// connection's settings unknown when the connection goes back.
     user_code: bool,
 }
 
@@ -1240,9 +1240,10 @@ impl Session {
     /// A connection that ran code stored upstream ([`runs_user_code`]) goes back: what that
     /// code left in the session is not known here, so its settings are marked unknown and
     /// its next user (this client too) gets `RESET ALL` and its own SETs. A function's
-    /// session-level SET thus lasts to the end of its transaction, as if it were SET LOCAL,
-    /// and never reaches another client. Marked as the connection leaves the session, after
-    /// everything else that sets its fingerprint. (A pinned session's connection is its own,
+    /// session-level SET thus lasts until the connection goes back (the end of the batch
+    /// that ends its transaction) and does not reach another client through this connection.
+    /// Marked as the connection leaves the session, after everything else that sets its
+    /// fingerprint. (A pinned session's connection is its own,
     /// settings and all, and never goes back.)
     fn forget_user_code(&mut self, server: &mut ServerConn) {
         if std::mem::take(&mut self.ran_user_code) {
