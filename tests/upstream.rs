@@ -239,9 +239,9 @@ async fn a_do_block_that_sets_keeps_its_setting_to_its_client() {
 
 /// Code stored upstream is opaque to the relay's scan: a function, a procedure or a `DO`
 /// block that SETs at run time leaves its setting in the backend's session. None of it may
-/// reach the next client on the pool's one connection; the caller keeps it to the end of
-/// its transaction (then it is gone, as if it were SET LOCAL). With session 19's build,
-/// B saw A's tenant, search_path, work_mem and statement_timeout.
+/// reach the next client on the pool's one connection; the caller keeps it until the
+/// connection goes back to the pool (inside its transaction, not in its next one). With
+/// session 19's build the test fails at its first case: B reads A's tenant, 42.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_setting_made_by_code_stored_upstream_never_reaches_another_client() {
     let pg = Postgres::start();
