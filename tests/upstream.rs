@@ -343,6 +343,49 @@ async fn a_setting_made_by_code_stored_upstream_never_reaches_another_client() {
     assert_eq!(first_value(&b.simple_query(tenant).await.unwrap()), "42");
 }
 
+/// What the mark costs, seen from the upstream: a statement that calls only built-ins
+/// leaves its connection's settings known, so the next batch runs without a replay; one
+/// that calls a user's function makes the next batch start with `RESET ALL`. Counted in
+/// PostgreSQL's own statement log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_call_of_user_code_costs_a_settings_replay() {
+    let pg = Postgres::start();
+    let admin = direct(&pg).await;
+    for sql in [
+        "create function noop() returns int language plpgsql as $$begin return 1; end$$",
+        "alter system set log_statement = 'all'",
+        "select pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+    }
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    // (The client's first batch replays its startup parameters onto the connection.)
+    a.batch_execute("select 1").await.unwrap();
+    let resets_between = |from: &str, to: &str| {
+        let log = pg.log();
+        let start = log
+            .find(from)
+            .unwrap_or_else(|| panic!("{from} not logged"));
+        let end = start
+            + log[start..]
+                .find(to)
+                .unwrap_or_else(|| panic!("{to} not logged"));
+        log[start..end].matches("statement: RESET ALL").count()
+    };
+    a.batch_execute("select 'marker-1'").await.unwrap();
+    for _ in 0..3 {
+        a.batch_execute("select lower('X'), count(*) over () from generate_series(1, 2)")
+            .await
+            .unwrap();
+    }
+    a.batch_execute("select 'marker-2'").await.unwrap();
+    a.batch_execute("select noop()").await.unwrap();
+    a.batch_execute("select 'marker-3'").await.unwrap();
+    assert_eq!(resets_between("'marker-1'", "'marker-2'"), 0);
+    assert_eq!(resets_between("'marker-2'", "'marker-3'"), 1);
+}
+
 /// A COMMIT or ROLLBACK inside a Query of several statements settles the SETs before it,
 /// whatever follows: PostgreSQL keeps a SET committed before a later statement of the same
 /// Query fails, and one made after a ROLLBACK. Each case runs through ringwire and directly,
