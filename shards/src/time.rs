@@ -116,7 +116,8 @@ pub(crate) fn turn() -> u64 {
 /// connection starts from those bytes. At 64 connections one turn carries many statements;
 /// each read the clock before (0.4% of the server's samples). Used only for a statement that
 /// starts from bytes its connection waited for ([`StatementClock`]), so no statement of the
-/// connection ended after them. glommio's sockets never get here: their turn count never moves, so no read is fresh.
+/// connection ended after them. glommio's sockets never get here: their turn count never
+/// moves, so no read is fresh.
 fn turn_wall_us() -> i64 {
     TURN_WALL.get().unwrap_or_else(|| {
         let us = wall_us();

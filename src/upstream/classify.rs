@@ -576,9 +576,10 @@ pub enum TxControl {
 /// (`nextval`, `setval`, `lastval`, `currval`, bare or quoted: their session state is kept per
 /// client only on connections of its own), or make it write or lock rows
 /// (`insert`, `update`, `delete`, `merge`: data-modifying CTEs and `FOR [NO KEY] UPDATE`;
-/// `share`: `FOR [KEY] SHARE`), nor call code stored upstream ([`runs_user_code`]). Writes are left out because a write can wait for a row lock,
-/// and every unit queued behind it on the pipe would wait too, where PostgreSQL's deadlock
-/// detector cannot see the wait (docs/ARCHITECTURE.md, the pipelining hazards).
+/// `share`: `FOR [KEY] SHARE`), nor call code stored upstream ([`runs_user_code`]). Writes
+/// are left out because a write can wait for a row lock, and every unit queued behind it on
+/// the pipe would wait too, where PostgreSQL's deadlock detector cannot see the wait
+/// (docs/ARCHITECTURE.md, the pipelining hazards).
 /// Allocation-free. Anything doubtful is `None`: it costs one batch the shared connection,
 /// never another client's correctness.
 ///
