@@ -371,7 +371,15 @@ async fn only_a_call_of_user_code_costs_a_settings_replay() {
             + log[start..]
                 .find(to)
                 .unwrap_or_else(|| panic!("{to} not logged"));
-        log[start..end].matches("statement: RESET ALL").count()
+        let statements = |what: &str| {
+            log[start..end]
+                .matches(&format!("statement: {what}"))
+                .count()
+        };
+        (
+            statements("RESET ALL"),
+            statements("RESET SESSION AUTHORIZATION"),
+        )
     };
     a.batch_execute("select 'marker-1'").await.unwrap();
     for _ in 0..3 {
@@ -382,8 +390,112 @@ async fn only_a_call_of_user_code_costs_a_settings_replay() {
     a.batch_execute("select 'marker-2'").await.unwrap();
     a.batch_execute("select noop()").await.unwrap();
     a.batch_execute("select 'marker-3'").await.unwrap();
-    assert_eq!(resets_between("'marker-1'", "'marker-2'"), 0);
-    assert_eq!(resets_between("'marker-2'", "'marker-3'"), 1);
+    assert_eq!(resets_between("'marker-1'", "'marker-2'"), (0, 0));
+    // The function's other state is tidied in the same write as the call (a tidy of its own
+    // would start with RESET ALL), and the next batch replays the settings.
+    assert_eq!(resets_between("'marker-2'", "'marker-3'"), (1, 1));
+}
+
+/// Code stored upstream can leave more than settings in its backend's session, and `RESET
+/// ALL` undoes none of it: a role or session authorization (the next client would run as
+/// that role), session advisory locks, temporary tables and their rows, LISTEN, `WITH HOLD`
+/// cursors. None of it reaches the next client of the connection, and the lock is let go as
+/// soon as the client's batch is done (an idle pooled connection must not keep it). So too
+/// after a client that called such code inside a transaction goes away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_code_stored_upstream_leaves_in_a_session_never_reaches_another_client() {
+    let pg = Postgres::start();
+    let admin = direct(&pg).await;
+    admin
+        .batch_execute(
+            "create role tenant_a; create role tenant_b;
+             create function leave_state() returns void language plpgsql as $$begin
+               perform pg_advisory_lock(4242);
+               create temp table scratch(secret text);
+               insert into scratch values ('tenant-a');
+               listen tenant_a;
+               execute 'declare held cursor with hold for select 1';
+               perform set_config('role', 'tenant_a', false);
+             end$$;
+             create function become_tenant_b() returns void language plpgsql as \
+               $$begin set session authorization tenant_b; end$$;",
+        )
+        .await
+        .unwrap();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    let (b, b_heard) = common::client::listening(&rw.connection_string("postgres")).await;
+    let state = "select current_user, session_user, \
+                   (select count(*) from pg_locks \
+                     where locktype = 'advisory' and pid = pg_backend_pid()), \
+                   (select count(*) from pg_listening_channels()), \
+                   (select count(*) from pg_cursors), \
+                   to_regclass('pg_temp.scratch') is null";
+    let clean = ["postgres", "postgres", "0", "0", "0", "t"].map(String::from);
+    let b_sees_a_clean_session = async || {
+        let rows = common::client::text_rows(b.simple_query(state).await.unwrap());
+        let got: Vec<String> = rows[0]
+            .iter()
+            .map(|v| v.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(got, clean, "B runs on what A's code left");
+    };
+    // Nobody holds the lock once A's batch is done.
+    let lock_is_free = async || {
+        let free = first_value(
+            &admin
+                .simple_query("select pg_try_advisory_lock(4242)")
+                .await
+                .unwrap(),
+        ) == "t";
+        if free {
+            admin
+                .batch_execute("select pg_advisory_unlock_all()")
+                .await
+                .unwrap();
+        }
+        free
+    };
+    a.batch_execute("select leave_state()").await.unwrap();
+    common::eventually(
+        Duration::from_secs(5),
+        "the code's lock is let go",
+        lock_is_free,
+    )
+    .await;
+    b_sees_a_clean_session().await;
+    // What the code listened to is not heard by the next client either.
+    admin
+        .batch_execute("notify tenant_a, 'for A only'")
+        .await
+        .unwrap();
+    b.batch_execute("select 1").await.unwrap();
+    a.batch_execute("select become_tenant_b()").await.unwrap();
+    b_sees_a_clean_session().await;
+    // Where the tidy cannot follow the call in its batch (the text does not tell whether a
+    // transaction is open after it), it runs as the connection goes back.
+    a.batch_execute("select leave_state(); begin; commit")
+        .await
+        .unwrap();
+    common::eventually(Duration::from_secs(5), "the lock is let go", lock_is_free).await;
+    b_sees_a_clean_session().await;
+    // A client that leaves inside its transaction: rolled back, and cleaned after.
+    let c = connect(&rw).await;
+    c.batch_execute("begin; select leave_state()")
+        .await
+        .unwrap();
+    drop(c);
+    common::eventually(
+        Duration::from_secs(5),
+        "the lock is let go after C left",
+        lock_is_free,
+    )
+    .await;
+    b_sees_a_clean_session().await;
+    assert_eq!(
+        common::client::heard_lines(&b_heard, 1).await,
+        Vec::<String>::new()
+    );
 }
 
 /// A COMMIT or ROLLBACK inside a Query of several statements settles the SETs before it,

@@ -193,6 +193,8 @@ enum Done {
     Query(QueryDone),
     /// [`LSN_QUERY`], queued behind a commit: the applied LSN is raised when it answers.
     Lsn,
+    /// [`TIDY`], queued behind code stored upstream (`queue_tidy`).
+    Tidied,
 }
 
 /// What a client Query does to the session's settings, as its replies come.
@@ -271,6 +273,9 @@ pub struct Session {
     /// (`give_back`, `close`) its settings are marked unknown, so its next user, this client
     /// included, replays.
     ran_user_code: bool,
+    /// Code stored upstream ran since the last [`TIDY`] was queued (`queue_tidy`): what else
+    /// it left in the session is undone before the connection goes back.
+    untidied: bool,
     expect: VecDeque<Expect>,
     /// The first `must_answer` entries of `expect` will be answered without more client input
     /// (the client sent Sync, Flush or a Query after them).
@@ -540,6 +545,7 @@ impl Session {
             savepoint_in_tx: false,
             pinned,
             ran_user_code: false,
+            untidied: false,
             expect: VecDeque::new(),
             must_answer: 0,
             copy_in: false,
@@ -794,6 +800,66 @@ impl Session {
     }
 }
 
+/// What code stored upstream can leave in its backend's session besides settings, undone
+/// before the connection goes to another client. Settings are undone by the `RESET ALL` of the
+/// next user's replay (the connection's settings are unknown after such code); none of these
+/// is, and each would reach the next client: `SET ROLE` or `SET SESSION AUTHORIZATION` (it
+/// would run as that role), `WITH HOLD` cursors, `LISTEN` (its notifications), temporary
+/// tables and their rows, session advisory locks (and an idle pooled connection holding one
+/// blocks everyone else's). With `RESET ALL` it is PostgreSQL's `DISCARD ALL` less
+/// `DEALLOCATE ALL` (ringwire's statements), `DISCARD PLANS` and `DISCARD SEQUENCES`
+/// (`Session::keep_sequence_state_own` covers those). One Query, none of which fails on an
+/// idle connection (a read-only default included); the session authorization first, so that
+/// the rest runs as the login user. Sent right behind the client's statement when the session
+/// is surely idle after it (`Session::queue_tidy`), else by [`tidy_and_release`].
+const TIDY: &str = "RESET SESSION AUTHORIZATION; RESET ROLE; CLOSE ALL; UNLISTEN *; DISCARD TEMP; \
+                    SELECT pg_advisory_unlock_all()";
+
+/// Put `server` back in the pool after a round trip that makes it fit for its next user, on a
+/// task of its own (the client does not wait): `ROLLBACK` of the transaction a departed client
+/// left open, and `RESET ALL` and [`TIDY`] if code stored upstream ran on it untidied (`RESET
+/// ALL` first undoes a `statement_timeout` the code set). Bounded like a health check: a
+/// backend that does not answer (a hung one, a host gone without a FIN) must not keep the
+/// slot. One that fails is closed, which rolls back and ends everything its session held.
+fn tidy_and_release(shard: Rc<ShardUpstream>, mut server: ServerConn, rollback: bool, tidy: bool) {
+    let limit = shard.config.timers.check_timeout;
+    glommio::spawn_local(async move {
+        let tidied = super::replica::with_timeout("tidying", limit, async {
+            let reset = format!("RESET ALL; {TIDY}");
+            let statements: Vec<&str> = [("ROLLBACK", rollback), (reset.as_str(), tidy)]
+                .into_iter()
+                .filter_map(|(sql, wanted)| wanted.then_some(sql))
+                .collect();
+            let (stream, buf) = server.own_io().expect("tidied connections are whole");
+            let answers = simple_values(stream, buf, &statements).await;
+            // Simple Queries replace the server's unnamed statement.
+            server.statements.set_unnamed(None);
+            if answers.len() < statements.len() {
+                let why = answers.into_iter().find_map(Result::err);
+                return Err(why.map_or_else(|| "the connection broke".into(), String::from));
+            }
+            answers
+                .into_iter()
+                .try_for_each(|a| a.map(drop).map_err(String::from))
+        })
+        .await;
+        match tidied {
+            Ok(()) => {
+                if tidy {
+                    // (RESET ALL ran: the connection is at the server's defaults.)
+                    server.settings = 0;
+                }
+                shard.release(server);
+            }
+            Err(why) => log::warn!(
+                "upstream connection {} closed after its client's use: {why}",
+                server.process_id
+            ),
+        }
+    })
+    .detach();
+}
+
 impl Drop for Session {
     /// The client-connections gauge counts sessions alive, however their connection ended
     /// (`close` is not reached when the connection's task is dropped).
@@ -851,53 +917,29 @@ impl Session {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The client is gone. A clean connection goes back to the pool; one in a transaction is
-    /// rolled back first (on a task of its own); one with replies outstanding or pinned state
-    /// is closed, which makes the server roll back.
+    /// The client is gone. A clean connection goes back to the pool; one in a transaction, or
+    /// one that code stored upstream left untidied, is put right first ([`tidy_and_release`]);
+    /// one with replies outstanding or pinned state is closed, which makes the server roll
+    /// back and ends its session.
     pub fn close(&mut self) {
         let Some(mut server) = self.server.take() else {
             return;
         };
         self.forget_user_code(&mut server);
+        let tidy = std::mem::take(&mut self.untidied);
         // A server skipping messages until a Sync the client never sent is not clean either,
         // nor one holding extended-protocol work that no Sync closed (a Sync would commit it).
-        let clean = self.settled();
-        if clean && self.tx == b'I' && !self.pinned {
-            self.shard.release(server);
-        } else if clean && !self.pinned && matches!(server.link, Link::Own(_)) {
-            let shard = self.shard.clone();
-            // Bounded like a health check: a backend that does not answer (hung, host gone
-            // without a FIN) must not keep the slot; closing the connection rolls back too.
-            let limit = shard.config.timers.check_timeout;
-            glommio::spawn_local(async move {
-                let rolled_back = super::replica::with_timeout("ROLLBACK", limit, async {
-                    let mut q = Vec::new();
-                    frontend::encode_query(&mut q, "ROLLBACK");
-                    server.send(&q).await.map_err(|e| e.to_string())?;
-                    loop {
-                        let frame = server.buf.frame().map_err(|e| e.to_string())?;
-                        let Some((frame, len)) = frame else {
-                            server.fill().await.map_err(|e| e.to_string())?;
-                            continue;
-                        };
-                        let (tag, status) = (frame.tag, frame.body.first().copied());
-                        server.buf.consume(len);
-                        if tag == b'Z' {
-                            return Ok(status == Some(b'I'));
-                        }
-                    }
-                })
-                .await;
-                match rolled_back {
-                    Ok(true) => shard.release(server),
-                    Ok(false) => {}
-                    Err(why) => log::warn!(
-                        "upstream connection {} closed after its client left: {why}",
-                        server.process_id
-                    ),
-                }
-            })
-            .detach();
+        if !self.settled() || self.pinned {
+            return;
+        }
+        let rollback = self.tx != b'I';
+        match server.link {
+            Link::Own(_) if rollback || tidy => {
+                tidy_and_release(self.shard.clone(), server, rollback, tidy);
+            }
+            _ if !rollback => self.shard.release(server),
+            // A share of a pipe holds no transaction (autocommit units only): not reached.
+            _ => {}
         }
     }
 
@@ -1252,13 +1294,22 @@ impl Session {
     }
 
     /// Give a clean connection back: to the pool, or (a share of a pipe) to the pipe, keeping
-    /// the reply buffer for the next unit.
+    /// the reply buffer for the next unit. One that code stored upstream left untidied (no
+    /// [`TIDY`] could follow it in its batch: `queue_tidy`) is tidied first, a round trip on a
+    /// task of its own ([`tidy_and_release`]). (Such code never runs on a pipe.)
     fn give_back(&mut self, mut server: ServerConn) {
         self.forget_user_code(&mut server);
-        if let Link::Shared(_) = server.link {
-            let buf = std::mem::replace(&mut server.buf, ReplyBuf::empty());
-            if buf.data().is_empty() {
-                self.spare_buf = Some(buf);
+        match server.link {
+            Link::Own(_) if std::mem::take(&mut self.untidied) => {
+                tidy_and_release(self.shard.clone(), server, false, true);
+                return;
+            }
+            Link::Own(_) => {}
+            Link::Shared(_) => {
+                let buf = std::mem::replace(&mut server.buf, ReplyBuf::empty());
+                if buf.data().is_empty() {
+                    self.spare_buf = Some(buf);
+                }
             }
         }
         self.shard.release(server);
@@ -2062,7 +2113,9 @@ impl Session {
                     return Ok(());
                 }
                 let done = self.note_effects(sql);
-                self.ran_user_code |= !self.shard.trust_functions && runs_user_code(sql);
+                let code = !self.shard.trust_functions && runs_user_code(sql);
+                self.ran_user_code |= code;
+                self.untidied |= code;
                 self.statements.remove("");
                 if let Some(s) = self.server.as_ref() {
                     s.statements.set_unnamed(None);
@@ -2074,11 +2127,20 @@ impl Session {
                 if !self.shard.replicas.is_empty() && self.replica_read.is_none() {
                     self.note_route(route(sql));
                     self.queue_lsn_if_committed();
+                } else if self.untidied {
+                    // Read only to know whether a tidy may follow.
+                    self.note_route(route(sql));
+                } else {
+                    // Not read: what follows this Query in the batch cannot tell whether a
+                    // transaction is open.
+                    self.prediction_sure = false;
                 }
+                self.queue_tidy();
             }
             FrontendMessage::FunctionCall => {
                 // Any function, by OID: as opaque as a user's.
                 self.ran_user_code |= !self.shard.trust_functions;
+                self.untidied |= !self.shard.trust_functions;
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Query, true, Done::Nothing);
                 self.must_answer = self.expect.len();
@@ -2088,6 +2150,7 @@ impl Session {
                     tx: TxControl::None,
                 });
                 self.queue_lsn_if_committed();
+                self.queue_tidy();
             }
             FrontendMessage::Parse {
                 name,
@@ -2158,6 +2221,7 @@ impl Session {
                 self.ensure_prepared(&stmt);
                 self.note_route(stmt.route);
                 self.ran_user_code |= stmt.user_code;
+                self.untidied |= stmt.user_code;
                 // Bind = portal, statement, then the rest unchanged.
                 let body = &raw[5..];
                 let portal_end = body.iter().position(|&b| b == 0).expect("parsed") + 1;
@@ -2223,6 +2287,7 @@ impl Session {
                 self.push(Kind::Sync, true, Done::Nothing);
                 self.must_answer = self.expect.len();
                 self.queue_lsn_if_committed();
+                self.queue_tidy();
             }
             FrontendMessage::Flush => {
                 self.to_send.extend_from_slice(raw);
@@ -2276,6 +2341,26 @@ impl Session {
         self.must_answer = self.expect.len();
         self.lsn_outstanding += 1;
         self.wrote = false;
+    }
+
+    /// After a client's Sync, Query or FunctionCall: if code stored upstream ran untidied and
+    /// the session is surely idle after it (its transaction over), queue [`TIDY`] right behind
+    /// it, in the same write: the server runs it at once, with no round trip of its own (one
+    /// of its own, [`tidy_and_release`], cost a third of the tps of a function call per
+    /// transaction: PERF.md, session 21). Not in a transaction (it would close the client's
+    /// cursors and drop its temporary tables there), not for a pinned session (all of its
+    /// connection's state is its own, as in PostgreSQL), not on a pipe (such code never runs
+    /// there). Where it cannot follow, the connection is tidied as it goes back.
+    fn queue_tidy(&mut self) {
+        let own = matches!(self.server.as_ref().map(|s| &s.link), Some(Link::Own(_)));
+        if !self.untidied || self.pinned || !own || self.predicted_open || !self.prediction_sure {
+            return;
+        }
+        frontend::encode_query(&mut self.to_send, TIDY);
+        self.forget_unnamed_upstream();
+        self.push(Kind::Query, false, Done::Tidied);
+        self.must_answer = self.expect.len();
+        self.untidied = false;
     }
 
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
@@ -2558,6 +2643,12 @@ impl Session {
             // so and `wrote` stays.
             return false;
         }
+        if matches!(done, Done::Tidied) && tag == b'E' && !is_fatal(raw) {
+            // Ringwire's, not the client's (a cancel landing on it, a `statement_timeout`
+            // the code set): the connection is tidied again as it goes back.
+            self.untidied = true;
+            return false;
+        }
         let terminal = match (tag, kind) {
             // Asynchronous messages: notices, parameter changes, notifications.
             (b'N' | b'A', _) => {
@@ -2725,7 +2816,8 @@ impl Session {
             | Done::Bound(_)
             | Done::Unnamed(_)
             | Done::Replayed
-            | Done::Discarded => {}
+            | Done::Discarded
+            | Done::Tidied => {}
             Done::Settings(fp) => {
                 server.settings = fp;
                 // The replay is not the client's transaction.
