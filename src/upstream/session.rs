@@ -810,10 +810,11 @@ impl Session {
 /// `DEALLOCATE ALL` (ringwire's statements), `DISCARD PLANS` and `DISCARD SEQUENCES`
 /// (`Session::keep_sequence_state_own` covers those). One Query, none of which fails on an
 /// idle connection (a read-only default included); the session authorization first, so that
-/// the rest runs as the login user. Sent right behind the client's statement when the session
+/// the rest runs as the login user, and the function qualified (the code may have left a
+/// `search_path` with a function of that name in front). Sent right behind the client's statement when the session
 /// is surely idle after it (`Session::queue_tidy`), else by [`tidy_and_release`].
 const TIDY: &str = "RESET SESSION AUTHORIZATION; RESET ROLE; CLOSE ALL; UNLISTEN *; DISCARD TEMP; \
-                    SELECT pg_advisory_unlock_all()";
+                    SELECT pg_catalog.pg_advisory_unlock_all()";
 
 /// Put `server` back in the pool after a round trip that makes it fit for its next user, on a
 /// task of its own (the client does not wait): `ROLLBACK` of the transaction a departed client
@@ -1851,7 +1852,10 @@ impl Session {
     ) -> Result<(), PgError> {
         self.to_send.clear();
         self.predicted_open = self.tx != b'I';
-        self.prediction_sure = true;
+        // A batch that continues extended-protocol work no Sync closed yet, or that follows
+        // replies still awaited, may be inside a transaction the last ReadyForQuery did not
+        // show.
+        self.prediction_sure = !self.unsynced && self.expect.is_empty();
         let settings_match = self
             .server
             .as_ref()
@@ -2220,6 +2224,10 @@ impl Session {
                 };
                 self.ensure_prepared(&stmt);
                 self.note_route(stmt.route);
+                if self.shard.replicas.is_empty() {
+                    // Not read (`Route::PRIMARY_ONLY`): a BEGIN, COMMIT or COPY is not told.
+                    self.prediction_sure = false;
+                }
                 self.ran_user_code |= stmt.user_code;
                 self.untidied |= stmt.user_code;
                 // Bind = portal, statement, then the rest unchanged.
@@ -2851,6 +2859,14 @@ impl Session {
     /// A queued entry that failed or was skipped: a Parse leaves the connection without the
     /// statement; a WAL position query leaves its commit unrecorded.
     fn undo(&mut self, e: &Expect) {
+        if let Expect::Server {
+            done: Done::Tidied, ..
+        } = e
+        {
+            // Skipped after an error: the connection is tidied as it goes back.
+            self.untidied = true;
+            return;
+        }
         if let Expect::Server {
             done: Done::Lsn, ..
         } = e
