@@ -401,7 +401,8 @@ async fn only_a_call_of_user_code_costs_a_settings_replay() {
 /// that role), session advisory locks, temporary tables and their rows, LISTEN, `WITH HOLD`
 /// cursors. None of it reaches the next client of the connection, and the lock is let go as
 /// soon as the client's batch is done (an idle pooled connection must not keep it). So too
-/// after a client that called such code inside a transaction goes away.
+/// after a client that called such code inside a transaction goes away; and inside a
+/// transaction opened in the same write, nothing is tidied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_code_stored_upstream_leaves_in_a_session_never_reaches_another_client() {
     let pg = Postgres::start();
@@ -491,6 +492,51 @@ async fn what_code_stored_upstream_leaves_in_a_session_never_reaches_another_cli
         lock_is_free,
     )
     .await;
+    b_sees_a_clean_session().await;
+    // A BEGIN and the call in one write through the extended protocol (pgjdbc with autocommit
+    // off sends this): inside the client's open transaction nothing is tidied away.
+    {
+        use common::wire::{read_messages, simple_query, startup_message};
+        use tokio::io::AsyncWriteExt;
+        let message = |tag: u8, body: &[u8]| {
+            let mut m = vec![tag];
+            m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+            m.extend_from_slice(body);
+            m
+        };
+        let mut batch = Vec::new();
+        for sql in ["begin", "select leave_state()"] {
+            let parse = [b"\0", sql.as_bytes(), b"\0\0\0"].concat();
+            batch.extend(message(b'P', &parse));
+            batch.extend(message(b'B', b"\0\0\0\0\0\0\0\0"));
+            batch.extend(message(b'E', b"\0\0\0\0\0"));
+        }
+        batch.extend(message(b'S', b""));
+        let mut raw = tokio::net::TcpStream::connect(rw.addr()).await.unwrap();
+        raw.write_all(&startup_message(&[("user", "postgres")]))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_messages(&mut raw).await.last().map(|m| m.0),
+            Some(b'Z')
+        );
+        raw.write_all(&batch).await.unwrap();
+        let reply = read_messages(&mut raw).await;
+        assert_eq!(
+            reply.last().map(|m| (m.0, m.1.clone())),
+            Some((b'Z', b"T".to_vec()))
+        );
+        raw.write_all(&simple_query("select current_user, (select count(*) from pg_cursors), to_regclass('pg_temp.scratch') is not null")).await.unwrap();
+        let reply = read_messages(&mut raw).await;
+        let row = reply.iter().find(|m| m.0 == b'D').expect("a row");
+        let text = String::from_utf8_lossy(&row.1);
+        assert!(
+            text.contains("tenant_a") && text.ends_with("\u{1}1\0\0\0\u{1}t"),
+            "{text:?}"
+        );
+        raw.write_all(&simple_query("rollback")).await.unwrap();
+        read_messages(&mut raw).await;
+    }
     b_sees_a_clean_session().await;
     assert_eq!(
         common::client::heard_lines(&b_heard, 1).await,
