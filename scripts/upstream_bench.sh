@@ -66,9 +66,10 @@ if [ "${1:-}" = functions ]; then
     # call of a PL/pgSQL no-op function, or `select 1`, against direct PostgreSQL, ringwire
     # (default: reset after user code) and ringwire --upstream-trust-functions on, plus
     # OTHER_BINARY (e.g. an older build) if given; ROUNDS rounds (default 6) of SECONDS s.
+    # PROTOCOL (pgbench -M: simple, the default, extended or prepared) picks the protocol.
     # usage: scripts/upstream_bench.sh functions PG_PORT [RINGWIRE_BINARY [OTHER_BINARY]]
     pg=${2:?PG_PORT}; bin=${3:-target/release/ringwire}; other=${4:-}
-    seconds=${SECONDS_PER_RUN:-4}; n=${CLIENTS:-16}
+    seconds=${SECONDS_PER_RUN:-4}; n=${CLIENTS:-16}; protocol=${PROTOCOL:-simple}
     psql -h 127.0.0.1 -p "$pg" -U postgres -qXc "CREATE OR REPLACE FUNCTION ringwire_bench_noop()
         RETURNS int LANGUAGE plpgsql AS \$\$BEGIN RETURN 1; END\$\$" postgres
     echo "SELECT ringwire_bench_noop();" > /tmp/upstream_bench_fn.sql
@@ -88,7 +89,7 @@ if [ "${1:-}" = functions ]; then
     for round in $(seq 1 "${ROUNDS:-6}"); do
         for w in fn one; do
             for target in $targets; do
-                tps=$(pgbench -h 127.0.0.1 -p "${target##*:}" -U postgres -n -f /tmp/upstream_bench_$w.sql \
+                tps=$(pgbench -h 127.0.0.1 -p "${target##*:}" -U postgres -n -M "$protocol" -f /tmp/upstream_bench_$w.sql \
                     -c "$n" -j 2 -T "$seconds" postgres 2>&1 | awk '/^tps/ {print $3}' || true)
                 echo "round $round: $w ${target%%:*} tps=${tps:-0}"
                 runs["$w ${target%%:*}"]+="${tps:-0} "

@@ -343,12 +343,14 @@ async fn a_setting_made_by_code_stored_upstream_never_reaches_another_client() {
     assert_eq!(first_value(&b.simple_query(tenant).await.unwrap()), "42");
 }
 
-/// What the mark costs, seen from the upstream: a statement that calls only built-ins
-/// leaves its connection's settings known, so the next batch runs without a replay; one
-/// that calls a user's function makes the next batch start with `RESET ALL`. Counted in
-/// PostgreSQL's own statement log.
+/// What a call of code stored upstream costs, seen from the upstream (PostgreSQL's own
+/// statement log): a statement that calls only built-ins adds nothing; a call of a user's
+/// function adds one Query in the same write, which tidies the session and puts the
+/// client's startup settings back, so the next batch needs no replay. The client's own SETs
+/// follow that Query, each on its own; a SET still in flight in the same batch leaves the
+/// settings to the next batch's replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_a_call_of_user_code_costs_a_settings_replay() {
+async fn a_call_of_user_code_costs_one_query_in_the_same_write() {
     let pg = Postgres::start();
     let admin = direct(&pg).await;
     for sql in [
@@ -362,7 +364,10 @@ async fn only_a_call_of_user_code_costs_a_settings_replay() {
     let a = connect(&rw).await;
     // (The client's first batch replays its startup parameters onto the connection.)
     a.batch_execute("select 1").await.unwrap();
-    let resets_between = |from: &str, to: &str| {
+    let replay = "SELECT pg_catalog.set_config('client_encoding', 'UTF8', false)";
+    // The statements logged after the `from` marker, up to the `to` one; ringwire's tidy
+    // shown by what it starts with.
+    let logged_between = |from: &str, to: &str| -> Vec<String> {
         let log = pg.log();
         let start = log
             .find(from)
@@ -371,29 +376,77 @@ async fn only_a_call_of_user_code_costs_a_settings_replay() {
             + log[start..]
                 .find(to)
                 .unwrap_or_else(|| panic!("{to} not logged"));
-        let statements = |what: &str| {
-            log[start..end]
-                .matches(&format!("statement: {what}"))
-                .count()
-        };
-        (
-            statements("RESET ALL"),
-            statements("RESET SESSION AUTHORIZATION"),
-        )
+        // (Up to the start of the `to` marker's line.)
+        let end = log[..end].rfind('\n').unwrap_or(end);
+        log[start..end]
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let (_, rest) = line.split_once("LOG:  ")?;
+                let sql = match rest.strip_prefix("statement: ") {
+                    Some(sql) => sql,
+                    None => rest.strip_prefix("execute ")?.split_once(": ")?.1,
+                };
+                Some(
+                    if sql.starts_with("RESET ALL; RESET SESSION AUTHORIZATION;") {
+                        assert!(sql.ends_with(&format!("; {replay}")), "{sql}");
+                        "tidy and settings".to_string()
+                    } else if sql.starts_with("RESET SESSION AUTHORIZATION;") {
+                        "tidy".to_string()
+                    } else {
+                        sql.to_string()
+                    },
+                )
+            })
+            .collect()
     };
     a.batch_execute("select 'marker-1'").await.unwrap();
+    let builtins = "select lower('X'), count(*) over () from generate_series(1, 2)";
     for _ in 0..3 {
-        a.batch_execute("select lower('X'), count(*) over () from generate_series(1, 2)")
-            .await
-            .unwrap();
+        a.batch_execute(builtins).await.unwrap();
     }
     a.batch_execute("select 'marker-2'").await.unwrap();
     a.batch_execute("select noop()").await.unwrap();
     a.batch_execute("select 'marker-3'").await.unwrap();
-    assert_eq!(resets_between("'marker-1'", "'marker-2'"), (0, 0));
-    // The function's other state is tidied in the same write as the call (a tidy of its own
-    // would start with RESET ALL), and the next batch replays the settings.
-    assert_eq!(resets_between("'marker-2'", "'marker-3'"), (1, 1));
+    // So too through the extended protocol (tokio-postgres prepares, then binds and executes
+    // in a write of their own): the tidy follows the Sync.
+    a.query("select noop()", &[]).await.unwrap();
+    a.batch_execute("select 'marker-4'").await.unwrap();
+    assert_eq!(logged_between("'marker-1'", "'marker-2'"), [builtins; 3]);
+    assert_eq!(
+        logged_between("'marker-2'", "'marker-3'"),
+        ["select noop()", "tidy and settings"]
+    );
+    assert_eq!(
+        logged_between("'marker-3'", "'marker-4'"),
+        ["select noop()", "tidy and settings"]
+    );
+    // The client's SET is replayed behind the tidy, in a Query of its own.
+    a.batch_execute("set work_mem = '5MB'").await.unwrap();
+    a.batch_execute("select 'marker-5'").await.unwrap();
+    a.batch_execute("select noop()").await.unwrap();
+    a.batch_execute("select 'marker-6'").await.unwrap();
+    assert_eq!(
+        logged_between("'marker-5'", "'marker-6'"),
+        ["select noop()", "tidy and settings", "set work_mem = '5MB'"]
+    );
+    // A SET in the same Query as the call: settled only when the Query completes, so the
+    // tidy leaves the settings alone, and the next batch replays them, the new SET included.
+    a.batch_execute("set work_mem = '6MB'; select noop()")
+        .await
+        .unwrap();
+    a.batch_execute("select 'marker-7'").await.unwrap();
+    assert_eq!(
+        logged_between("'marker-6'", "'marker-7'"),
+        [
+            "set work_mem = '6MB'; select noop()",
+            "tidy",
+            "RESET ALL",
+            replay,
+            "set work_mem = '6MB'"
+        ]
+    );
+    assert_eq!(show(&a, "work_mem").await, "6MB");
 }
 
 /// Code stored upstream can leave more than settings in its backend's session, and `RESET
@@ -1570,6 +1623,43 @@ async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses
     assert_eq!((rows[0].len(), rows[0].get::<_, i32>(1)), (2, 5));
     let again = a.prepare("select * from d").await.unwrap();
     assert_eq!(a.query(&again, &[]).await.unwrap()[0].len(), 2);
+}
+
+/// Code stored upstream can drop the statements ringwire prepared on its connection (a
+/// function's `EXECUTE 'DEALLOCATE ALL'`). The next use of one fails once, with PostgreSQL's
+/// 26000 and a detail that says why; from then on each is prepared again, for this client and
+/// for the shard's others sharing it. (Before, every later use failed, for every client.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_code_upstream_deallocates_are_prepared_again() {
+    let pg = Postgres::start();
+    direct(&pg)
+        .await
+        .batch_execute(
+            "create function drop_statements() returns void language plpgsql as \
+               $$begin execute 'deallocate all'; end$$",
+        )
+        .await
+        .unwrap();
+    let rw = start(&pg, "1", "1");
+    let a = connect(&rw).await;
+    let b = connect(&rw).await;
+    let sql = "select 41 + $1::int";
+    let (sa, sb) = (a.prepare(sql).await.unwrap(), b.prepare(sql).await.unwrap());
+    let answer = async |c: &Client, s| c.query_one(s, &[&1i32]).await.map(|r| r.get::<_, i32>(0));
+    assert_eq!(answer(&a, &sa).await.unwrap(), 42);
+    assert_eq!(answer(&b, &sb).await.unwrap(), 42);
+    a.batch_execute("select drop_statements()").await.unwrap();
+    let err = answer(&a, &sa).await.unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code(), &SqlState::INVALID_SQL_STATEMENT_NAME, "{db:?}");
+    assert!(
+        db.detail().is_some_and(|d| d.contains("deallocated")),
+        "{db:?}"
+    );
+    for _ in 0..2 {
+        assert_eq!(answer(&a, &sa).await.unwrap(), 42);
+        assert_eq!(answer(&b, &sb).await.unwrap(), 42);
+    }
 }
 
 /// A raw TCP session logged in as postgres with no other startup parameter (psycopg's

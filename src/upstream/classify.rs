@@ -543,15 +543,6 @@ pub struct Route {
     pub tx: TxControl,
 }
 
-impl Route {
-    /// Without replicas nothing is routed or tracked: the text is not read.
-    pub const PRIMARY_ONLY: Route = Route {
-        read_only: false,
-        writes: false,
-        tx: TxControl::None,
-    };
-}
-
 /// What a statement does to the transaction block, read from its leading words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxControl {

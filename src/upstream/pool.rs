@@ -444,6 +444,12 @@ impl ConnStatements {
         }
     }
 
+    /// Code run on the connection dropped statements it had (a 26000 at a Bind of one). Those
+    /// still queued are parsed after that point (replies come in order) and stay.
+    pub fn forget_confirmed(&self) {
+        self.named.borrow_mut().retain(|_, owner| owner.is_some());
+    }
+
     /// DISCARD ALL / DEALLOCATE ALL ran on the connection.
     pub fn clear(&self) {
         self.named.borrow_mut().clear();

@@ -35,6 +35,8 @@
 //!   client's Sync/Query), and the oracle's applied LSN raised before the client's
 //!   ReadyForQuery is released. See [`LSN_QUERY`].
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
@@ -111,8 +113,8 @@ pub struct ClientStatement {
     param_types: Box<[u8]>,
     /// Upstream statement id; `None` for the unnamed statement (relayed as unnamed).
     upstream: Option<u32>,
-    /// Read once at Parse, for every Bind of it.
-    route: Route,
+    /// Read at its first Bind that needs it ([`ClientStatement::route`]), for every later one.
+    route: OnceCell<Route>,
     /// Certainly autocommit-only: may share a pipelined connection. Its shape
     /// ([`autocommit_shape`]).
     autocommit: Option<u64>,
@@ -122,6 +124,13 @@ pub struct ClientStatement {
 }
 
 impl ClientStatement {
+    /// What it does to the transaction block and whether it may write, read once: with
+    /// replicas at its first Bind; without, only once code stored upstream left the session
+    /// untidied (whether the tidy may follow it), so that nothing else pays for the scan.
+    fn route(&self) -> Route {
+        *self.route.get_or_init(|| route(&self.sql))
+    }
+
     fn upstream_name(&self) -> String {
         self.upstream
             .map_or_else(String::new, |id| format!("ringwire_{id}"))
@@ -178,7 +187,8 @@ enum Done {
     Prepared(u32),
     /// A Parse of the unnamed statement from this client statement (marked when queued).
     Unnamed(Rc<ClientStatement>),
-    /// Bind of this upstream statement (0A000 forgets it).
+    /// Bind or Describe of this upstream statement (0A000 forgets it; 26000 forgets what the
+    /// connection had prepared).
     Bound(u32),
     /// The settings replay finished: the connection has the session's settings.
     Settings(u64),
@@ -193,8 +203,9 @@ enum Done {
     Query(QueryDone),
     /// [`LSN_QUERY`], queued behind a commit: the applied LSN is raised when it answers.
     Lsn,
-    /// [`TIDY`], queued behind code stored upstream (`queue_tidy`).
-    Tidied,
+    /// [`TIDY`], queued behind code stored upstream (`queue_tidy`); with the fingerprint of
+    /// the settings it leaves the connection with, where it replays them.
+    Tidied(Option<u64>),
 }
 
 /// What a client Query does to the session's settings, as its replies come.
@@ -276,6 +287,9 @@ pub struct Session {
     /// Code stored upstream ran since the last [`TIDY`] was queued (`queue_tidy`): what else
     /// it left in the session is undone before the connection goes back.
     untidied: bool,
+    /// A Query of this batch changes settings (SET, RESET, DISCARD ALL): they are not settled
+    /// until it completes, so a tidy queued in this batch cannot replay them (`queue_tidy`).
+    batch_sets: bool,
     expect: VecDeque<Expect>,
     /// The first `must_answer` entries of `expect` will be answered without more client input
     /// (the client sent Sync, Flush or a Query after them).
@@ -447,6 +461,50 @@ fn pinned_state_lost(e: PgError) -> PgError {
     )
 }
 
+/// What the settings replay runs after its `RESET ALL`, in order, and how many of them lead
+/// in ringwire's own text (built from startup parameters, literals quoted), which a tidy
+/// may carry in its own Query (`Session::queue_tidy`); the client's SETs follow, as it wrote
+/// them.
+fn replay_statements<'a>(
+    startup_sets: &'a [(String, String)],
+    startup_values: &[(String, String)],
+    sets: &'a [(String, String)],
+    replica_cap: bool,
+) -> (Vec<Cow<'a, str>>, usize) {
+    let serializable_on_replica = replica_cap
+        // "cannot use serializable mode in a hot standby"; a read-only statement sees the
+        // same at repeatable read (one snapshot either way).
+        .then_some("SET default_transaction_isolation = 'repeatable read'");
+    // A startup `application_name` (most drivers send one) is replayed as a SET: a plain
+    // string setting reads the same either way (PostgreSQL's own hook cleans it for
+    // both), and a SET cost the upstream half what the `set_config` SELECT did (PERF.md,
+    // session 20). The login check keeps `set_config`, whose answer is the value
+    // PostgreSQL shows. (Given twice, in the packet and in `options`, the last wins, as
+    // it did when each was replayed.)
+    let application_name = startup_values
+        .iter()
+        .rev()
+        .find(|(n, _)| n == "application_name")
+        .map(|(_, v)| format!("SET application_name TO {}", quote_literal(v)));
+    let mut statements: Vec<Cow<'a, str>> = startup_sets
+        .iter()
+        .map(|(name, stmt)| match (name.as_str(), &application_name) {
+            ("application_name", Some(set)) => Cow::Owned(set.clone()),
+            _ => Cow::Borrowed(stmt.as_str()),
+        })
+        .collect();
+    let startup = statements.len();
+    statements.extend(sets.iter().map(|(_, stmt)| Cow::Borrowed(stmt.as_str())));
+    statements.extend(serializable_on_replica.map(Cow::Borrowed));
+    // (The replica's cap is ringwire's too, but leads only where no client SET is before.)
+    let own = if sets.is_empty() {
+        statements.len()
+    } else {
+        startup
+    };
+    (statements, own)
+}
+
 impl Session {
     pub fn open(shard: Rc<ShardUpstream>, start: &SessionStart<'_>) -> Result<Session, PgError> {
         let mut startup_sets = Vec::new();
@@ -546,6 +604,7 @@ impl Session {
             pinned,
             ran_user_code: false,
             untidied: false,
+            batch_sets: false,
             expect: VecDeque::new(),
             must_answer: 0,
             copy_in: false,
@@ -801,18 +860,18 @@ impl Session {
 }
 
 /// What code stored upstream can leave in its backend's session besides settings, undone
-/// before the connection goes to another client. Settings are undone by the `RESET ALL` of the
-/// next user's replay (the connection's settings are unknown after such code); none of these
-/// is, and each would reach the next client: `SET ROLE` or `SET SESSION AUTHORIZATION` (it
-/// would run as that role), `WITH HOLD` cursors, `LISTEN` (its notifications), temporary
-/// tables and their rows, session advisory locks (and an idle pooled connection holding one
-/// blocks everyone else's). With `RESET ALL` it is PostgreSQL's `DISCARD ALL` less
-/// `DEALLOCATE ALL` (ringwire's statements), `DISCARD PLANS` and `DISCARD SEQUENCES`
+/// before the connection goes to another client. None of it is undone by `RESET ALL`, and
+/// each would reach the next client: `SET ROLE` or `SET SESSION AUTHORIZATION` (it would run
+/// as that role), `WITH HOLD` cursors, `LISTEN` (its notifications), temporary tables and
+/// their rows, session advisory locks (and an idle pooled connection holding one blocks
+/// everyone else's). With `RESET ALL` it is PostgreSQL's `DISCARD ALL` less `DEALLOCATE ALL`
+/// (ringwire's statements), `DISCARD PLANS` and `DISCARD SEQUENCES`
 /// (`Session::keep_sequence_state_own` covers those). One Query, none of which fails on an
 /// idle connection (a read-only default included); the session authorization first, so that
 /// the rest runs as the login user, and the function qualified (the code may have left a
-/// `search_path` with a function of that name in front). Sent right behind the client's statement when the session
-/// is surely idle after it (`Session::queue_tidy`), else by [`tidy_and_release`].
+/// `search_path` with a function of that name in front). Sent right behind the client's
+/// statement when the session is surely idle after it, with `RESET ALL` and the session's
+/// settings where it can (`Session::queue_tidy`), else by [`tidy_and_release`].
 const TIDY: &str = "RESET SESSION AUTHORIZATION; RESET ROLE; CLOSE ALL; UNLISTEN *; DISCARD TEMP; \
                     SELECT pg_catalog.pg_advisory_unlock_all()";
 
@@ -1284,10 +1343,11 @@ impl Session {
     /// code left in the session is not known here, so its settings are marked unknown and
     /// its next user (this client too) gets `RESET ALL` and its own SETs. A function's
     /// session-level SET thus lasts until the connection goes back (the end of the batch
-    /// that ends its transaction) and does not reach another client through this connection.
-    /// Marked as the connection leaves the session, after everything else that sets its
-    /// fingerprint. (A pinned session's connection is its own,
-    /// settings and all, and never goes back.)
+    /// that ends its transaction), or until the tidy that put the settings back right behind
+    /// it (`queue_tidy`, which clears the mark), and does not reach another client through
+    /// this connection. Marked as the connection leaves the session, after everything else
+    /// that sets its fingerprint. (A pinned session's connection is its own, settings and
+    /// all, and never goes back.)
     fn forget_user_code(&mut self, server: &mut ServerConn) {
         if std::mem::take(&mut self.ran_user_code) {
             server.settings = SETTINGS_UNKNOWN;
@@ -1756,7 +1816,7 @@ impl Session {
                         .or_else(|| {
                             self.statements
                                 .get(bind.statement)
-                                .map(|s| s.route.tx != TxControl::None)
+                                .map(|s| s.route().tx != TxControl::None)
                         })
                         .unwrap_or(false);
                     pending_end |= control;
@@ -1799,7 +1859,7 @@ impl Session {
                 .rev()
                 .find(|(n, _)| *n == name)
                 .map(|p| p.1)
-                .or_else(|| self.statements.get(name).map(|s| s.route.read_only))
+                .or_else(|| self.statements.get(name).map(|s| s.route().read_only))
                 .unwrap_or(false)
         };
         let mut last = 0;
@@ -1856,6 +1916,7 @@ impl Session {
         // replies still awaited, may be inside a transaction the last ReadyForQuery did not
         // show.
         self.prediction_sure = !self.unsynced && self.expect.is_empty();
+        self.batch_sets = false;
         let settings_match = self
             .server
             .as_ref()
@@ -1977,33 +2038,14 @@ impl Session {
         // settings under this client's fingerprint). Its error reaches the client as a
         // warning (see `on_reply`). Separate messages also keep a client's SET that ends in
         // a `--` comment from swallowing the next.
-        let serializable_on_replica = (self.serializable && self.replica_read.is_some())
-            // "cannot use serializable mode in a hot standby"; a read-only statement sees the
-            // same at repeatable read (one snapshot either way).
-            .then_some("SET default_transaction_isolation = 'repeatable read'");
-        // A startup `application_name` (most drivers send one) is replayed as a SET: a plain
-        // string setting reads the same either way (PostgreSQL's own hook cleans it for
-        // both), and a SET cost the upstream half what the `set_config` SELECT did (PERF.md,
-        // session 20). The login check keeps `set_config`, whose answer is the value
-        // PostgreSQL shows. (Given twice, in the packet and in `options`, the last wins, as
-        // it did when each was replayed.)
-        let application_name = self
-            .startup_values
-            .iter()
-            .rev()
-            .find(|(n, _)| n == "application_name")
-            .map(|(_, v)| format!("SET application_name TO {}", quote_literal(v)));
+        let (statements, _) = replay_statements(
+            &self.startup_sets,
+            &self.startup_values,
+            &self.sets,
+            self.serializable && self.replica_read.is_some(),
+        );
         let statements: Vec<&str> = std::iter::once("RESET ALL")
-            .chain(
-                self.startup_sets
-                    .iter()
-                    .map(|(name, stmt)| match (name.as_str(), &application_name) {
-                        ("application_name", Some(set)) => set.as_str(),
-                        _ => stmt.as_str(),
-                    })
-                    .chain(self.sets.iter().map(|(_, stmt)| stmt.as_str())),
-            )
-            .chain(serializable_on_replica)
+            .chain(statements.iter().map(|s| &**s))
             .collect();
         let last = statements.len() - 1;
         for (i, stmt) in statements.iter().enumerate() {
@@ -2021,6 +2063,16 @@ impl Session {
         }
         self.forget_unnamed_upstream();
         self.must_answer = self.expect.len();
+    }
+
+    /// [`replay_statements`] of this session.
+    fn replay_statements(&self) -> (Vec<Cow<'_, str>>, usize) {
+        replay_statements(
+            &self.startup_sets,
+            &self.startup_values,
+            &self.sets,
+            self.serializable && self.replica_read.is_some(),
+        )
     }
 
     /// A simple Query of ringwire's own (settings replay, WAL position) makes the server drop
@@ -2117,6 +2169,7 @@ impl Session {
                     return Ok(());
                 }
                 let done = self.note_effects(sql);
+                self.batch_sets |= !done.sets.is_empty();
                 let code = !self.shard.trust_functions && runs_user_code(sql);
                 self.ran_user_code |= code;
                 self.untidied |= code;
@@ -2185,11 +2238,7 @@ impl Session {
                     sql: sql.into(),
                     param_types: types,
                     upstream,
-                    route: if self.shard.replicas.is_empty() {
-                        Route::PRIMARY_ONLY
-                    } else {
-                        route(sql)
-                    },
+                    route: OnceCell::new(),
                     autocommit: self
                         .shard
                         .pipelines()
@@ -2223,13 +2272,15 @@ impl Session {
                     return Ok(());
                 };
                 self.ensure_prepared(&stmt);
-                self.note_route(stmt.route);
-                if self.shard.replicas.is_empty() {
-                    // Not read (`Route::PRIMARY_ONLY`): a BEGIN, COMMIT or COPY is not told.
-                    self.prediction_sure = false;
-                }
                 self.ran_user_code |= stmt.user_code;
                 self.untidied |= stmt.user_code;
+                if !self.shard.replicas.is_empty() || self.untidied {
+                    self.note_route(stmt.route());
+                } else {
+                    // Not read: what follows it in the batch cannot tell whether a
+                    // transaction is open (as for a Query).
+                    self.prediction_sure = false;
+                }
                 // Bind = portal, statement, then the rest unchanged.
                 let body = &raw[5..];
                 let portal_end = body.iter().position(|&b| b == 0).expect("parsed") + 1;
@@ -2261,7 +2312,8 @@ impl Session {
                     Target::Statement,
                     &stmt.upstream_name(),
                 );
-                self.push(Kind::DescribeStatement, true, Done::Nothing);
+                let done = stmt.upstream.map_or(Done::Nothing, Done::Bound);
+                self.push(Kind::DescribeStatement, true, done);
             }
             FrontendMessage::Describe {
                 target: Target::Portal,
@@ -2359,16 +2411,63 @@ impl Session {
     /// cursors and drop its temporary tables there), not for a pinned session (all of its
     /// connection's state is its own, as in PostgreSQL), not on a pipe (such code never runs
     /// there). Where it cannot follow, the connection is tidied as it goes back.
+    ///
+    /// The settings the code may have changed are put right in the same write too, where they
+    /// can be: `RESET ALL` and the replay of the session's startup parameters go in the tidy's
+    /// own Query (ringwire's text, all ASCII, so read alike whatever `client_encoding` the
+    /// code left), the client's SETs each in a Query of its own behind it (as in the replay).
+    /// The connection then has this session's settings, and its next user with these settings
+    /// (most often this client's next batch) needs no replay: one Query in place of three for
+    /// a call of a function per transaction (PERF.md, session 22; PostgreSQL flushes at every
+    /// ReadyForQuery, so each Query costs a send whatever it holds). Not while a SET of this
+    /// batch is still to settle (the replay would leave it out): then only [`TIDY`], and the
+    /// settings are replayed by the connection's next user, as before. (A startup parameter
+    /// that may not follow a query in its transaction, `transaction_deferrable`, never gets
+    /// here: PostgreSQL refuses it at login, and so does ringwire's login check. The other
+    /// transaction characteristics pass only at the value they already have, which may be set
+    /// again.)
     fn queue_tidy(&mut self) {
         let own = matches!(self.server.as_ref().map(|s| &s.link), Some(Link::Own(_)));
         if !self.untidied || self.pinned || !own || self.predicted_open || !self.prediction_sure {
             return;
         }
-        frontend::encode_query(&mut self.to_send, TIDY);
-        self.forget_unnamed_upstream();
-        self.push(Kind::Query, false, Done::Tidied);
-        self.must_answer = self.expect.len();
         self.untidied = false;
+        let (statements, inline) = self.replay_statements();
+        if self.batch_sets
+            || !self.pending_sets.is_empty()
+            || !statements[..inline].iter().all(|s| s.is_ascii())
+        {
+            frontend::encode_query(&mut self.to_send, TIDY);
+            self.push(Kind::Query, false, Done::Tidied(None));
+        } else {
+            let mut tidy = format!("RESET ALL; {TIDY}");
+            for statement in &statements[..inline] {
+                tidy.push_str("; ");
+                tidy.push_str(statement);
+            }
+            let rest: Vec<String> = statements[inline..].iter().map(|s| s.to_string()).collect();
+            frontend::encode_query(&mut self.to_send, &tidy);
+            let fp = self.settings;
+            self.push(
+                Kind::Query,
+                false,
+                Done::Tidied(rest.is_empty().then_some(fp)),
+            );
+            for (i, statement) in rest.iter().enumerate() {
+                frontend::encode_query(&mut self.to_send, statement);
+                let last = i + 1 == rest.len();
+                let done = if last {
+                    Done::Settings(fp)
+                } else {
+                    Done::Replayed
+                };
+                self.push(Kind::Query, false, done);
+            }
+            // (Marked again if the tidy fails or is skipped.)
+            self.ran_user_code = false;
+        }
+        self.forget_unnamed_upstream();
+        self.must_answer = self.expect.len();
     }
 
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
@@ -2651,10 +2750,15 @@ impl Session {
             // so and `wrote` stays.
             return false;
         }
-        if matches!(done, Done::Tidied) && tag == b'E' && !is_fatal(raw) {
+        if matches!(done, Done::Tidied(_)) && tag == b'E' && !is_fatal(raw) {
             // Ringwire's, not the client's (a cancel landing on it, a `statement_timeout`
-            // the code set): the connection is tidied again as it goes back.
+            // the code set): all of it rolled back, the connection is tidied again as it goes
+            // back and its settings are unknown.
             self.untidied = true;
+            self.ran_user_code = true;
+            if let Some(Expect::Server { done, .. }) = self.expect.front_mut() {
+                *done = Done::Tidied(None);
+            }
             return false;
         }
         let terminal = match (tag, kind) {
@@ -2736,7 +2840,27 @@ impl Session {
                     backend::write_notice(out, &warning);
                     return false;
                 }
-                out.extend_from_slice(raw);
+                let bound = match self.expect.front() {
+                    Some(Expect::Server {
+                        done: Done::Bound(id),
+                        ..
+                    }) => Some(*id),
+                    _ => None,
+                };
+                if code.as_deref() == Some("26000") && bound.is_some() {
+                    // A statement ringwire had prepared on this connection is gone: code run
+                    // there dropped it (a function's `EXECUTE 'DEALLOCATE ALL'`; ringwire's
+                    // own Queries never do). Which others went with it the server does not
+                    // say: none is relied on any more, each is parsed again at its next use.
+                    server.statements.forget_confirmed();
+                    let detail = "ringwire prepares statements upstream under names of its                                   own, and code run on the upstream connection deallocated                                   this one. It is prepared again when next used.";
+                    match upstream_error(raw) {
+                        Some(e) => backend::write_error(out, &e.with_detail(detail)),
+                        None => out.extend_from_slice(raw),
+                    }
+                } else {
+                    out.extend_from_slice(raw);
+                }
                 self.tx_rolled_back = true;
                 if code.as_deref() == Some("0A000") {
                     if let Some(Expect::Server {
@@ -2825,7 +2949,8 @@ impl Session {
             | Done::Unnamed(_)
             | Done::Replayed
             | Done::Discarded
-            | Done::Tidied => {}
+            | Done::Tidied(None) => {}
+            Done::Tidied(Some(fp)) => server.settings = fp,
             Done::Settings(fp) => {
                 server.settings = fp;
                 // The replay is not the client's transaction.
@@ -2860,11 +2985,13 @@ impl Session {
     /// statement; a WAL position query leaves its commit unrecorded.
     fn undo(&mut self, e: &Expect) {
         if let Expect::Server {
-            done: Done::Tidied, ..
+            done: Done::Tidied(_),
+            ..
         } = e
         {
             // Skipped after an error: the connection is tidied as it goes back.
             self.untidied = true;
+            self.ran_user_code = true;
             return;
         }
         if let Expect::Server {
