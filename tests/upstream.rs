@@ -389,8 +389,12 @@ async fn a_call_of_user_code_costs_one_query_in_the_same_write() {
                 };
                 Some(
                     if sql.starts_with("RESET ALL; RESET SESSION AUTHORIZATION;") {
-                        assert!(sql.ends_with(&format!("; {replay}")), "{sql}");
-                        "tidy and settings".to_string()
+                        if sql.contains(&format!("; {replay}")) {
+                            "tidy and settings".to_string()
+                        } else {
+                            // (`tidy_and_release`, as the connection goes back.)
+                            "RESET ALL and tidy".to_string()
+                        }
                     } else if sql.starts_with("RESET SESSION AUTHORIZATION;") {
                         "tidy".to_string()
                     } else {
@@ -447,6 +451,34 @@ async fn a_call_of_user_code_costs_one_query_in_the_same_write() {
         ]
     );
     assert_eq!(show(&a, "work_mem").await, "6MB");
+    // A startup parameter that cannot follow the tidy's SELECT in its transaction (the
+    // transaction starts at the session's repeatable read; read committed may then not be set
+    // after a query): that tidy fails, the connection is tidied as it goes back, and from
+    // then on this session's tidies leave the settings to the replay.
+    drop(a);
+    let c = connect_to(&format!(
+        "{} options='-c default_transaction_isolation=repeatable\\\\ read \
+         -c transaction_isolation=read\\\\ committed'",
+        rw.connection_string("postgres")
+    ))
+    .await;
+    c.batch_execute("select 'marker-8'").await.unwrap();
+    c.batch_execute("select noop()").await.unwrap();
+    c.batch_execute("select 'marker-9'").await.unwrap();
+    c.batch_execute("select noop()").await.unwrap();
+    c.batch_execute("select 'marker-10'").await.unwrap();
+    assert_eq!(
+        logged_between("'marker-8'", "'marker-9'")[..3],
+        ["select noop()", "tidy and settings", "RESET ALL and tidy"]
+    );
+    assert_eq!(
+        logged_between("'marker-9'", "'marker-10'")[..3],
+        ["select noop()", "tidy", "RESET ALL"]
+    );
+    assert_eq!(
+        show(&c, "default_transaction_isolation").await,
+        "repeatable read"
+    );
 }
 
 /// Code stored upstream can leave more than settings in its backend's session, and `RESET
@@ -549,30 +581,17 @@ async fn what_code_stored_upstream_leaves_in_a_session_never_reaches_another_cli
     // A BEGIN and the call in one write through the extended protocol (pgjdbc with autocommit
     // off sends this): inside the client's open transaction nothing is tidied away.
     {
-        use common::wire::{read_messages, simple_query, startup_message};
+        use common::wire::{frame, logged_in, read_messages, simple_query};
         use tokio::io::AsyncWriteExt;
-        let message = |tag: u8, body: &[u8]| {
-            let mut m = vec![tag];
-            m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
-            m.extend_from_slice(body);
-            m
-        };
         let mut batch = Vec::new();
         for sql in ["begin", "select leave_state()"] {
             let parse = [b"\0", sql.as_bytes(), b"\0\0\0"].concat();
-            batch.extend(message(b'P', &parse));
-            batch.extend(message(b'B', b"\0\0\0\0\0\0\0\0"));
-            batch.extend(message(b'E', b"\0\0\0\0\0"));
+            batch.extend(frame(b'P', &parse));
+            batch.extend(frame(b'B', b"\0\0\0\0\0\0\0\0"));
+            batch.extend(frame(b'E', b"\0\0\0\0\0"));
         }
-        batch.extend(message(b'S', b""));
-        let mut raw = tokio::net::TcpStream::connect(rw.addr()).await.unwrap();
-        raw.write_all(&startup_message(&[("user", "postgres")]))
-            .await
-            .unwrap();
-        assert_eq!(
-            read_messages(&mut raw).await.last().map(|m| m.0),
-            Some(b'Z')
-        );
+        batch.extend(frame(b'S', b""));
+        let mut raw = logged_in(&rw.addr()).await;
         raw.write_all(&batch).await.unwrap();
         let reply = read_messages(&mut raw).await;
         assert_eq!(
@@ -1626,9 +1645,11 @@ async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses
 }
 
 /// Code stored upstream can drop the statements ringwire prepared on its connection (a
-/// function's `EXECUTE 'DEALLOCATE ALL'`). The next use of one fails once, with PostgreSQL's
-/// 26000 and a detail that says why; from then on each is prepared again, for this client and
-/// for the shard's others sharing it. (Before, every later use failed, for every client.)
+/// function's `EXECUTE 'DEALLOCATE ALL'`). The next use of one there fails once, with
+/// PostgreSQL's 26000 and a detail that says why, and the connection is closed as it goes
+/// back: from then on every statement works, for this client and the shard's others,
+/// including one prepared on that connection after the deallocation (a Parse of it again
+/// there would fail with 42P05). Before, every later use failed, for every client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_code_upstream_deallocates_are_prepared_again() {
     let pg = Postgres::start();
@@ -1649,6 +1670,9 @@ async fn statements_code_upstream_deallocates_are_prepared_again() {
     assert_eq!(answer(&a, &sa).await.unwrap(), 42);
     assert_eq!(answer(&b, &sb).await.unwrap(), 42);
     a.batch_execute("select drop_statements()").await.unwrap();
+    // Prepared (and confirmed) on the pool's one connection after the deallocation.
+    let later = b.prepare("select 1 + $1::int").await.unwrap();
+    assert_eq!(answer(&b, &later).await.unwrap(), 2);
     let err = answer(&a, &sa).await.unwrap_err();
     let db = err.as_db_error().expect("a server error");
     assert_eq!(db.code(), &SqlState::INVALID_SQL_STATEMENT_NAME, "{db:?}");
@@ -1659,6 +1683,7 @@ async fn statements_code_upstream_deallocates_are_prepared_again() {
     for _ in 0..2 {
         assert_eq!(answer(&a, &sa).await.unwrap(), 42);
         assert_eq!(answer(&b, &sb).await.unwrap(), 42);
+        assert_eq!(answer(&b, &later).await.unwrap(), 2);
     }
 }
 

@@ -721,17 +721,10 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
     // The same as four Queries in one batch: the transaction runs on the standby, and what
     // follows its COMMIT is routed afresh, so the write succeeds on the primary.
     {
-        use common::wire::{read_messages, simple_query, startup_message};
+        use common::wire::{logged_in, read_messages, simple_query};
         use tokio::io::AsyncWriteExt;
         until_replica_serves(&reader).await;
-        let mut raw = tokio::net::TcpStream::connect(rw.addr()).await.unwrap();
-        raw.write_all(&startup_message(&[("user", "postgres")]))
-            .await
-            .unwrap();
-        assert_eq!(
-            read_messages(&mut raw).await.last().map(|m| m.0),
-            Some(b'Z')
-        );
+        let mut raw = logged_in(&rw.addr()).await;
         // Until this connection's shard routes reads to the standby (its poller starts with
         // the shard's first read).
         eventually(

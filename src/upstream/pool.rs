@@ -409,6 +409,9 @@ pub struct ConnStatements {
     named: RefCell<HashMap<u32, Option<u64>>>,
     /// The client statement the unnamed upstream statement was last parsed from.
     unnamed: RefCell<Option<Rc<ClientStatement>>>,
+    /// Code run on the connection dropped statements ringwire had prepared there (a 26000 at
+    /// a Bind or Describe of one, [`ConnStatements::lost`]).
+    lost: Cell<bool>,
 }
 
 impl ConnStatements {
@@ -444,10 +447,12 @@ impl ConnStatements {
         }
     }
 
-    /// Code run on the connection dropped statements it had (a 26000 at a Bind of one). Those
-    /// still queued are parsed after that point (replies come in order) and stay.
-    pub fn forget_confirmed(&self) {
-        self.named.borrow_mut().retain(|_, owner| owner.is_some());
+    /// Code run on the connection dropped statements ringwire had prepared there (a
+    /// function's `EXECUTE 'DEALLOCATE ALL'`: a 26000 at a Bind of one). Which ones the server
+    /// does not say, and a Parse of one still there fails (42P05), so what is recorded cannot
+    /// be put right: the connection is closed as it goes back ([`Pool::release`]).
+    pub fn lost(&self) {
+        self.lost.set(true);
     }
 
     /// DISCARD ALL / DEALLOCATE ALL ran on the connection.
@@ -1113,6 +1118,14 @@ impl Pool {
     }
 
     fn release(&self, mut conn: ServerConn) {
+        if conn.statements.lost.get() {
+            log::info!(
+                "closing upstream connection {}: code run on it deallocated statements \
+                 ringwire had prepared there",
+                conn.process_id
+            );
+            return;
+        }
         if let Some(cap) = &self.cap {
             if !self.has_waiters() && !cap.slots.waiters.borrow().is_empty() {
                 // Clients of other keys wait for the cap and none of this key does: closing

@@ -290,6 +290,8 @@ pub struct Session {
     /// A Query of this batch changes settings (SET, RESET, DISCARD ALL): they are not settled
     /// until it completes, so a tidy queued in this batch cannot replay them (`queue_tidy`).
     batch_sets: bool,
+    /// A tidy with the settings failed other than by a cancel: later ones go without them.
+    tidy_without_settings: bool,
     expect: VecDeque<Expect>,
     /// The first `must_answer` entries of `expect` will be answered without more client input
     /// (the client sent Sync, Flush or a Query after them).
@@ -605,6 +607,7 @@ impl Session {
             ran_user_code: false,
             untidied: false,
             batch_sets: false,
+            tidy_without_settings: false,
             expect: VecDeque::new(),
             must_answer: 0,
             copy_in: false,
@@ -1349,8 +1352,36 @@ impl Session {
     /// that sets its fingerprint. (A pinned session's connection is its own, settings and
     /// all, and never goes back.)
     fn forget_user_code(&mut self, server: &mut ServerConn) {
+        // (`replay_cut_short` sets the mark too.)
         if std::mem::take(&mut self.ran_user_code) {
             server.settings = SETTINGS_UNKNOWN;
+        }
+    }
+
+    /// A settings replay (or the tidy that carries one) in flight failed or was cancelled
+    /// before its end: its last entry must not mark the connection with the session's
+    /// settings, and the connection's settings are unknown when it goes back.
+    fn replay_cut_short(&mut self) {
+        self.ran_user_code = true;
+        for e in self.expect.iter_mut() {
+            match e {
+                Expect::Server {
+                    done: done @ (Done::Settings(_) | Done::Tidied(Some(_))),
+                    ..
+                } => {
+                    *done = if matches!(done, Done::Settings(_)) {
+                        Done::Replayed
+                    } else {
+                        Done::Tidied(None)
+                    };
+                    return;
+                }
+                Expect::Server {
+                    done: Done::Replayed | Done::Tidied(None),
+                    ..
+                } => {}
+                _ => return,
+            }
         }
     }
 
@@ -2434,6 +2465,7 @@ impl Session {
         self.untidied = false;
         let (statements, inline) = self.replay_statements();
         if self.batch_sets
+            || self.tidy_without_settings
             || !self.pending_sets.is_empty()
             || !statements[..inline].iter().all(|s| s.is_ascii())
         {
@@ -2706,6 +2738,16 @@ impl Session {
                             lease.cancel();
                             continue;
                         }
+                        if !self
+                            .expect
+                            .iter()
+                            .any(|e| matches!(e, Expect::Server { emit: true, .. }))
+                        {
+                            // Only ringwire's own Queries are left (the tidy and the settings
+                            // behind it, a WAL position): the client's statement is done, and
+                            // its cancel comes too late, as it would at PostgreSQL.
+                            continue;
+                        }
                         // This client's statement is the one running on this connection:
                         // pass the cancel on to its backend.
                         let config = self.shard.pools(server.host).config.clone();
@@ -2753,12 +2795,14 @@ impl Session {
         if matches!(done, Done::Tidied(_)) && tag == b'E' && !is_fatal(raw) {
             // Ringwire's, not the client's (a cancel landing on it, a `statement_timeout`
             // the code set): all of it rolled back, the connection is tidied again as it goes
-            // back and its settings are unknown.
-            self.untidied = true;
-            self.ran_user_code = true;
-            if let Some(Expect::Server { done, .. }) = self.expect.front_mut() {
-                *done = Done::Tidied(None);
+            // back. Anything else (a startup parameter that may not follow the tidy's SELECT
+            // in one transaction) would fail every time: this session's tidies leave the
+            // settings to the replay from now on.
+            if error_field(raw.get(5..).unwrap_or_default(), b'C').as_deref() != Some("57014") {
+                self.tidy_without_settings = true;
             }
+            self.untidied = true;
+            self.replay_cut_short();
             return false;
         }
         let terminal = match (tag, kind) {
@@ -2810,6 +2854,10 @@ impl Session {
                     // turns out invalid (a WARNING there too). The replay's other statements
                     // each ran on their own. (On a replica, a refusal that sends the batch to
                     // the primary is handled above, as before.)
+                    // Not refused but cancelled (a cancel that reached the backend after the
+                    // client's statement, a timeout): the setting may well be valid, and the
+                    // connection does not have it.
+                    let cut_short = code.as_deref() == Some("57014") && !discard;
                     let message = error_field(body, b'M').unwrap_or_default();
                     let code = code
                         .and_then(|c| <[u8; 5]>::try_from(c.as_bytes()).ok())
@@ -2838,6 +2886,9 @@ impl Session {
                     };
                     warning.severity = Severity::Warning;
                     backend::write_notice(out, &warning);
+                    if cut_short {
+                        self.replay_cut_short();
+                    }
                     return false;
                 }
                 let bound = match self.expect.front() {
@@ -2850,10 +2901,11 @@ impl Session {
                 if code.as_deref() == Some("26000") && bound.is_some() {
                     // A statement ringwire had prepared on this connection is gone: code run
                     // there dropped it (a function's `EXECUTE 'DEALLOCATE ALL'`; ringwire's
-                    // own Queries never do). Which others went with it the server does not
-                    // say: none is relied on any more, each is parsed again at its next use.
-                    server.statements.forget_confirmed();
-                    let detail = "ringwire prepares statements upstream under names of its                                   own, and code run on the upstream connection deallocated                                   this one. It is prepared again when next used.";
+                    // own Queries never do). The connection is closed as it goes back.
+                    server.statements.lost();
+                    let detail = "ringwire prepares statements upstream under names of its \
+                                  own, and code run on the upstream connection deallocated \
+                                  this one.";
                     match upstream_error(raw) {
                         Some(e) => backend::write_error(out, &e.with_detail(detail)),
                         None => out.extend_from_slice(raw),

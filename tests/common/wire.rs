@@ -18,12 +18,29 @@ pub fn startup_message(params: &[(&str, &str)]) -> Vec<u8> {
     msg
 }
 
-pub fn simple_query(sql: &str) -> Vec<u8> {
-    let mut msg = vec![b'Q'];
-    msg.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
-    msg.extend_from_slice(sql.as_bytes());
-    msg.push(0);
+/// A message with this tag and body.
+pub fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut msg = vec![tag];
+    msg.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    msg.extend_from_slice(body);
     msg
+}
+
+pub fn simple_query(sql: &str) -> Vec<u8> {
+    frame(b'Q', &[sql.as_bytes(), b"\0"].concat())
+}
+
+/// A raw TCP session on `addr` logged in as postgres with no other startup parameter, read
+/// up to its first ReadyForQuery.
+pub async fn logged_in(addr: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut raw = tokio::net::TcpStream::connect(addr).await.unwrap();
+    raw.write_all(&startup_message(&[("user", "postgres")]))
+        .await
+        .unwrap();
+    let login = read_messages(&mut raw).await;
+    assert_eq!(login.last().map(|m| m.0), Some(b'Z'), "{login:?}");
+    raw
 }
 
 /// Read backend messages until ReadyForQuery, an ErrorResponse, or the end of the stream:
