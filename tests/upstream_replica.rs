@@ -34,7 +34,7 @@ async fn row(client: &Client, sql: &str) -> Vec<String> {
     client
         .simple_query(sql)
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
         .iter()
         .find_map(|m| match m {
             SimpleQueryMessage::Row(r) => Some(
