@@ -187,8 +187,8 @@ enum Done {
     Prepared(u32),
     /// A Parse of the unnamed statement from this client statement (marked when queued).
     Unnamed(Rc<ClientStatement>),
-    /// Bind or Describe of this upstream statement (0A000 forgets it; 26000 forgets what the
-    /// connection had prepared).
+    /// Bind or Describe of this upstream statement (0A000 forgets it; 26000 closes the
+    /// connection as it goes back: `ConnStatements::lost`).
     Bound(u32),
     /// The settings replay finished: the connection has the session's settings.
     Settings(u64),
@@ -2452,11 +2452,10 @@ impl Session {
     /// a call of a function per transaction (PERF.md, session 22; PostgreSQL flushes at every
     /// ReadyForQuery, so each Query costs a send whatever it holds). Not while a SET of this
     /// batch is still to settle (the replay would leave it out): then only [`TIDY`], and the
-    /// settings are replayed by the connection's next user, as before. (A startup parameter
-    /// that may not follow a query in its transaction, `transaction_deferrable`, never gets
-    /// here: PostgreSQL refuses it at login, and so does ringwire's login check. The other
-    /// transaction characteristics pass only at the value they already have, which may be set
-    /// again.)
+    /// settings are replayed by the connection's next user, as before. Nor once such a tidy
+    /// failed other than by a cancel (`tidy_without_settings`): a startup parameter that may
+    /// not follow a query in one transaction would fail it every time (`transaction_isolation`
+    /// at `read committed` where the session's own default is `repeatable read`).
     fn queue_tidy(&mut self) {
         let own = matches!(self.server.as_ref().map(|s| &s.link), Some(Link::Own(_)));
         if !self.untidied || self.pinned || !own || self.predicted_open || !self.prediction_sure {
