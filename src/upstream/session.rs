@@ -507,6 +507,29 @@ fn replay_statements<'a>(
     (statements, own)
 }
 
+/// Queue `statements`, each a Query of its own with its replies swallowed (see
+/// `Session::queue_settings_replay`), the last marking the connection with the settings `fp`.
+fn queue_replay<S: AsRef<str>>(
+    to_send: &mut Vec<u8>,
+    expect: &mut VecDeque<Expect>,
+    statements: &[S],
+    fp: u64,
+) {
+    for (i, statement) in statements.iter().enumerate() {
+        frontend::encode_query(to_send, statement.as_ref());
+        let done = if i + 1 == statements.len() {
+            Done::Settings(fp)
+        } else {
+            Done::Replayed
+        };
+        expect.push_back(Expect::Server {
+            kind: Kind::Query,
+            emit: false,
+            done,
+        });
+    }
+}
+
 impl Session {
     pub fn open(shard: Rc<ShardUpstream>, start: &SessionStart<'_>) -> Result<Session, PgError> {
         let mut startup_sets = Vec::new();
@@ -2078,32 +2101,14 @@ impl Session {
         let statements: Vec<&str> = std::iter::once("RESET ALL")
             .chain(statements.iter().map(|s| &**s))
             .collect();
-        let last = statements.len() - 1;
-        for (i, stmt) in statements.iter().enumerate() {
-            frontend::encode_query(&mut self.to_send, stmt);
-            let done = if i == last {
-                Done::Settings(self.settings)
-            } else {
-                Done::Replayed
-            };
-            self.expect.push_back(Expect::Server {
-                kind: Kind::Query,
-                emit: false,
-                done,
-            });
-        }
+        queue_replay(
+            &mut self.to_send,
+            &mut self.expect,
+            &statements,
+            self.settings,
+        );
         self.forget_unnamed_upstream();
         self.must_answer = self.expect.len();
-    }
-
-    /// [`replay_statements`] of this session.
-    fn replay_statements(&self) -> (Vec<Cow<'_, str>>, usize) {
-        replay_statements(
-            &self.startup_sets,
-            &self.startup_values,
-            &self.sets,
-            self.serializable && self.replica_read.is_some(),
-        )
     }
 
     /// A simple Query of ringwire's own (settings replay, WAL position) makes the server drop
@@ -2462,40 +2467,39 @@ impl Session {
             return;
         }
         self.untidied = false;
-        let (statements, inline) = self.replay_statements();
-        if self.batch_sets
-            || self.tidy_without_settings
-            || !self.pending_sets.is_empty()
-            || !statements[..inline].iter().all(|s| s.is_ascii())
-        {
-            frontend::encode_query(&mut self.to_send, TIDY);
-            self.push(Kind::Query, false, Done::Tidied(None));
-        } else {
-            let mut tidy = format!("RESET ALL; {TIDY}");
-            for statement in &statements[..inline] {
-                tidy.push_str("; ");
-                tidy.push_str(statement);
+        let settle_first = self.batch_sets || !self.pending_sets.is_empty();
+        let replay = (!settle_first && !self.tidy_without_settings)
+            .then(|| {
+                replay_statements(
+                    &self.startup_sets,
+                    &self.startup_values,
+                    &self.sets,
+                    self.serializable && self.replica_read.is_some(),
+                )
+            })
+            .filter(|(statements, inline)| statements[..*inline].iter().all(|s| s.is_ascii()));
+        match replay {
+            None => {
+                frontend::encode_query(&mut self.to_send, TIDY);
+                self.push(Kind::Query, false, Done::Tidied(None));
             }
-            let rest: Vec<String> = statements[inline..].iter().map(|s| s.to_string()).collect();
-            frontend::encode_query(&mut self.to_send, &tidy);
-            let fp = self.settings;
-            self.push(
-                Kind::Query,
-                false,
-                Done::Tidied(rest.is_empty().then_some(fp)),
-            );
-            for (i, statement) in rest.iter().enumerate() {
-                frontend::encode_query(&mut self.to_send, statement);
-                let last = i + 1 == rest.len();
-                let done = if last {
-                    Done::Settings(fp)
-                } else {
-                    Done::Replayed
-                };
-                self.push(Kind::Query, false, done);
+            Some((statements, inline)) => {
+                let mut tidy = format!("RESET ALL; {TIDY}");
+                for statement in &statements[..inline] {
+                    tidy.push_str("; ");
+                    tidy.push_str(statement);
+                }
+                frontend::encode_query(&mut self.to_send, &tidy);
+                let (fp, rest) = (self.settings, &statements[inline..]);
+                self.expect.push_back(Expect::Server {
+                    kind: Kind::Query,
+                    emit: false,
+                    done: Done::Tidied(rest.is_empty().then_some(fp)),
+                });
+                queue_replay(&mut self.to_send, &mut self.expect, rest, fp);
+                // (Marked again if the tidy fails or is skipped.)
+                self.ran_user_code = false;
             }
-            // (Marked again if the tidy fails or is skipped.)
-            self.ran_user_code = false;
         }
         self.forget_unnamed_upstream();
         self.must_answer = self.expect.len();
