@@ -249,14 +249,15 @@ async fn shard_threads_run_as_sched_batch_when_asked() {
         tokio::spawn(conn);
         let row = client.query_one("select 1::int4", &[]).await.unwrap();
         assert_eq!(row.get::<_, i32>(0), 1);
-        // A shard that served nobody yet may still be naming its thread: look again for a
-        // while (CI once listed only shard 1's).
+        // A shard that served nobody yet may still be naming its thread (CI once listed only
+        // shard 1's), or be named and not yet have set its policy, which its executor does
+        // first thing on that thread (CI once saw shard 1's at 0): look again for a while.
         let mut policies = shard_policies(rw.pid());
-        for _ in 0..50 {
+        for _ in 0..250 {
             if (0..2).all(|k| {
                 policies
                     .iter()
-                    .any(|(n, _)| n.starts_with(&format!("shard-{k}-")))
+                    .any(|(n, p)| n.starts_with(&format!("shard-{k}-")) && *p == want)
             }) {
                 break;
             }
