@@ -13,6 +13,14 @@
 # competes with the primary for the same cores, so this measures what routing and the oracle
 # cost, not what a second machine would add.
 #
+# usage: scripts/upstream_bench.sh replica-tx PG_PORT REPLICA_PORT [RINGWIRE_BINARY [OTHER_BINARY]]
+# Read-only transactions while the replica lags (docs/ARCHITECTURE.md, "Moving to the
+# primary"): 16 clients run `BEGIN READ ONLY`, two reads of pgbench_accounts, `COMMIT`, while
+# 4 clients run pgbench -N through the same ringwire, for 8 s; each binary once per round,
+# alternated, ROUNDS rounds (default 3). Prints the readers' tps, failed transactions and
+# mean latency, the writers' tps, and ringwire's counts of read-only transactions on the
+# replica, ended with 40001, and moved to the primary.
+#
 # usage: scripts/upstream_bench.sh functions PG_PORT [RINGWIRE_BINARY [OTHER_BINARY]]
 # What the reset after a user's function costs (see that mode's comment below).
 #
@@ -100,6 +108,47 @@ if [ "${1:-}" = functions ]; then
         line="| $w |"
         for target in $targets; do line="$line $(median ${runs["$w ${target%%:*}"]}) |"; done
         echo "$line"
+    done
+    exit 0
+fi
+if [ "${1:-}" = replica-tx ]; then
+    pg=${2:?PG_PORT}; replica=${3:?REPLICA_PORT}
+    bins=("${4:-target/release/ringwire}"); [ -n "${5:-}" ] && bins+=("$5")
+    rw_port=16875; metrics_port=16876
+    cat > /tmp/upstream_bench_ro.sql <<'SQL'
+\set aid random(1, 100000 * :scale)
+BEGIN READ ONLY;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+COMMIT;
+SQL
+    metric() { curl -s "127.0.0.1:$metrics_port/metrics" \
+        | awk -v m="$1" '$1 ~ "^"m"[{ ]" || $1 == m {s += $2} END {print s + 0}'; }
+    for round in $(seq 1 "${ROUNDS:-3}"); do
+        for bin in "${bins[@]}"; do
+            "$bin" --listen 127.0.0.1:$rw_port --shards 2 --upstream-pool-size 16 \
+                --upstream "postgres://postgres@127.0.0.1:$pg/postgres" \
+                --replica "postgres://postgres@127.0.0.1:$replica/postgres" \
+                --metrics-listen 127.0.0.1:$metrics_port --log-level warn >/dev/null &
+            rw=$!
+            sleep 2
+            pgbench -h 127.0.0.1 -p $rw_port -U postgres -n -N -c 4 -j 1 -T 8 postgres \
+                > /tmp/upstream_bench_w.out 2>&1 &
+            writers=$!
+            pgbench -h 127.0.0.1 -p $rw_port -U postgres -n -f /tmp/upstream_bench_ro.sql \
+                -c 16 -j 2 -T 8 postgres > /tmp/upstream_bench_r.out 2>&1 || true
+            wait $writers || true
+            r_tps=$(awk '/^tps/ {print $3}' /tmp/upstream_bench_r.out)
+            failed=$(awk '/number of failed transactions/ {print $5}' /tmp/upstream_bench_r.out)
+            lat=$(awk '/^latency average/ {print $4}' /tmp/upstream_bench_r.out)
+            w_tps=$(awk '/^tps/ {print $3}' /tmp/upstream_bench_w.out)
+            on=$(metric ringwire_upstream_replica_transactions_total)
+            ended=$(metric ringwire_upstream_replica_transactions_failed_total)
+            moved=$(metric ringwire_upstream_replica_transactions_moved_total)
+            echo "round $round $bin readers tps=$r_tps failed=${failed:-?} latency_ms=$lat" \
+                "writers tps=$w_tps on_replica=$on ended_40001=$ended moved=$moved"
+            kill $rw; wait $rw 2>/dev/null || true
+        done
     done
     exit 0
 fi

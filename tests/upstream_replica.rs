@@ -187,16 +187,22 @@ async fn a_replica_killed_mid_run_costs_no_client_errors_and_comes_back() {
     let on_replica = Arc::new(AtomicUsize::new(0));
     let on_primary = Arc::new(AtomicUsize::new(0));
     let mut readers = Vec::new();
-    for _ in 0..4 {
+    for k in 0..4 {
         let client = connect(&rw).await;
         let prepared = client
             .prepare("select v, pg_is_in_recovery() from kv where k = $1")
             .await
             .unwrap();
         let (done, on_replica, on_primary) = (done.clone(), on_replica.clone(), on_primary.clone());
+        // Two readers run autocommit reads, two read-only transactions of two reads each
+        // (read committed: a transaction the kill catches goes on at the primary).
+        let in_transactions = k >= 2;
         readers.push(tokio::spawn(async move {
             let mut n = 0u64;
             while !done.load(Ordering::Relaxed) {
+                if in_transactions && n.is_multiple_of(2) {
+                    client.batch_execute("begin read only").await.unwrap();
+                }
                 // Both protocols; any error fails the test.
                 let replica = if n.is_multiple_of(2) {
                     read(&client).await.1
@@ -204,6 +210,9 @@ async fn a_replica_killed_mid_run_costs_no_client_errors_and_comes_back() {
                     let r = client.query_one(&prepared, &[&1i32]).await.unwrap();
                     r.get::<_, bool>(1)
                 };
+                if in_transactions && !n.is_multiple_of(2) {
+                    client.batch_execute("commit").await.unwrap();
+                }
                 let counter = if replica { &on_replica } else { &on_primary };
                 counter.fetch_add(1, Ordering::Relaxed);
                 n += 1;
@@ -575,13 +584,19 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
     assert_eq!(read(&writer).await.0, 100);
 
     // Read committed: a statement later in the transaction sees writes acknowledged before
-    // it started (the relay waits for the pinned replica to replay them). The standby
-    // applies each commit 300 ms late, so without that wait the read would be stale.
+    // it started. The standby applies each commit 300 ms late, so without a wait or a move
+    // the read would be stale. A transaction of plain reads waits as a read does (20 ms),
+    // then goes on at the primary; one with a savepoint cannot move, and the relay waits for
+    // the pinned replica to replay the write.
     standby.query_value("alter system set recovery_min_apply_delay = '300ms'");
     standby.query_value("select pg_reload_conf()");
-    for round in 0..5i64 {
+    for round in 0..6i64 {
+        let movable = round % 2 == 0;
         until_replica_serves(&reader).await;
         reader.batch_execute("BEGIN READ ONLY").await.unwrap();
+        if !movable {
+            reader.batch_execute("SAVEPOINT s").await.unwrap();
+        }
         let (before, replica) = read(&reader).await;
         assert!(
             replica,
@@ -593,8 +608,10 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
             .unwrap();
         assert_eq!(
             read(&reader).await,
-            (before + 1, true),
-            "round {round}: a read-committed statement missed an acknowledged write"
+            (before + 1, !movable),
+            "round {round}: a read-committed statement missed an acknowledged write, or \
+             ran on the wrong host (a savepoint: {})",
+            !movable
         );
         reader.batch_execute("COMMIT").await.unwrap();
     }
@@ -650,7 +667,7 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
     drop(tx);
     assert_eq!(
         read(&writer).await.0,
-        105,
+        106,
         "the refused write changed nothing"
     );
 
@@ -809,13 +826,48 @@ async fn a_lagging_replica_never_serves_a_stale_read_only_transaction() {
     standby.query_value("select pg_wal_replay_resume()");
 
     // Read committed on a replica that stops replaying mid-transaction: the next statement
-    // cannot see the write acknowledged before it there, and the transaction cannot move,
-    // so it fails with 40001 (bounded) and the client stays connected.
-    paused_after_catching_up(&standby, &reader, 2).await;
-    reader.batch_execute("begin read only").await.unwrap();
-    assert_eq!(read(&reader).await, (2, true));
+    // cannot see the write acknowledged before it there. A transaction with nothing in it
+    // but reads goes on at the primary, in both protocols, and stays there.
+    let prepared = reader.prepare(READ).await.unwrap();
+    let mut v = 2;
+    for extended in [false, true] {
+        paused_after_catching_up(&standby, &reader, v).await;
+        reader.batch_execute("begin read only").await.unwrap();
+        assert_eq!(read(&reader).await, (v, true));
+        v += 1;
+        writer
+            .batch_execute(&format!("update kv set v = {v} where k = 1"))
+            .await
+            .unwrap();
+        let moved = if extended {
+            let r = reader.query_one(&prepared, &[]).await.unwrap();
+            (r.get::<_, i64>(0), r.get::<_, bool>(1))
+        } else {
+            read(&reader).await
+        };
+        assert_eq!(moved, (v, false), "extended protocol: {extended}");
+        assert_eq!(read(&reader).await, (v, false));
+        assert_eq!(
+            row(&reader, "show transaction_read_only").await,
+            ["on"],
+            "still a read-only transaction"
+        );
+        reader.batch_execute("commit").await.unwrap();
+        standby.query_value("select pg_wal_replay_resume()");
+        until_replica_serves(&reader).await;
+    }
+
+    // One with something in it that the primary would lack (a savepoint here) cannot move:
+    // it fails with 40001 (bounded) and the client stays connected.
+    paused_after_catching_up(&standby, &reader, v).await;
+    reader
+        .batch_execute("begin read only; savepoint s")
+        .await
+        .unwrap();
+    assert_eq!(read(&reader).await, (v, true));
+    v += 1;
     writer
-        .batch_execute("update kv set v = 3 where k = 1")
+        .batch_execute(&format!("update kv set v = {v} where k = 1"))
         .await
         .unwrap();
     let started = Instant::now();
@@ -827,22 +879,23 @@ async fn a_lagging_replica_never_serves_a_stale_read_only_transaction() {
         started.elapsed()
     );
     reader.batch_execute("rollback").await.unwrap();
-    assert_eq!(read(&reader).await, (3, false));
+    assert_eq!(read(&reader).await, (v, false));
     standby.query_value("select pg_wal_replay_resume()");
     until_replica_serves(&reader).await;
-    assert_eq!(read(&reader).await, (3, true));
+    assert_eq!(read(&reader).await, (v, true));
 
     // COMMIT AND CHAIN starts a new repeatable-read transaction on the same replica: its
     // snapshot must hold the write acknowledged before it began, which the paused replica
-    // cannot have, so its first read fails with 40001 rather than read 3.
-    paused_after_catching_up(&standby, &reader, 3).await;
+    // cannot have, so its first read fails with 40001 rather than read the old value.
+    paused_after_catching_up(&standby, &reader, v).await;
     reader
         .batch_execute("begin isolation level repeatable read read only")
         .await
         .unwrap();
-    assert_eq!(read(&reader).await, (3, true));
+    assert_eq!(read(&reader).await, (v, true));
+    v += 1;
     writer
-        .batch_execute("update kv set v = 4 where k = 1")
+        .batch_execute(&format!("update kv set v = {v} where k = 1"))
         .await
         .unwrap();
     reader.batch_execute("commit and chain").await.unwrap();
@@ -851,17 +904,25 @@ async fn a_lagging_replica_never_serves_a_stale_read_only_transaction() {
     reader.batch_execute("rollback").await.unwrap();
     standby.query_value("select pg_wal_replay_resume()");
     until_replica_serves(&reader).await;
-    assert_eq!(read(&reader).await, (4, true));
+    assert_eq!(read(&reader).await, (v, true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_dying_mid_transaction_fails_it_with_08006_and_keeps_the_client() {
+async fn a_replica_dying_mid_transaction_moves_it_or_fails_it_with_08006_and_keeps_the_client() {
     let primary = Postgres::start();
     let mut standby = Postgres::start_standby(&primary);
     let rw = start(&primary, &standby, "1");
     let writer = setup(&rw).await;
+    // Read committed with only reads in it: it goes on at the primary.
+    let mover = connect(&rw).await;
+    mover.batch_execute("begin read only").await.unwrap();
+    assert_eq!(read(&mover).await, (0, true));
+    // With a savepoint (state the primary's transaction would lack): it fails.
     let reader = connect(&rw).await;
-    reader.batch_execute("begin read only").await.unwrap();
+    reader
+        .batch_execute("begin read only; savepoint s")
+        .await
+        .unwrap();
     assert_eq!(read(&reader).await, (0, true));
     let standby = tokio::task::spawn_blocking(move || {
         standby.kill();
@@ -869,6 +930,9 @@ async fn a_replica_dying_mid_transaction_fails_it_with_08006_and_keeps_the_clien
     })
     .await
     .unwrap();
+    assert_eq!(read(&mover).await, (0, false));
+    assert_eq!(read(&mover).await, (0, false));
+    mover.batch_execute("commit").await.unwrap();
     let (code, _) = error_code(&reader, READ).await;
     assert_eq!(code, "08006");
     // Connected, the transaction gone; the next transaction runs (on the primary).

@@ -657,6 +657,20 @@ pub fn autocommit_shape(sql: &str) -> Option<u64> {
     (ok && !first).then_some(shape.max(1))
 }
 
+/// Whether running `sql` inside a read-only read-committed transaction leaves nothing there
+/// that a new transaction on another connection would lack, so that the transaction may go
+/// on elsewhere (`Session::continue_replica_tx`): one plain read that leaves nothing behind
+/// and takes no lock ([`autocommit_shape`]: no SET, cursor, savepoint, advisory lock,
+/// sequence function or user code), or a lone BEGIN (inside a block, a warning and no more).
+pub fn leaves_nothing_in_transaction(sql: &str) -> bool {
+    if autocommit_shape(sql).is_some() {
+        return true;
+    }
+    let mut statements = 0;
+    for_each_statement(sql, |_| statements += 1);
+    statements == 1 && begin_modes(sql).is_some()
+}
+
 /// FNV-1a, 64 bits: the shape hash (a few words per statement; no allocation, no table).
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -1668,6 +1682,34 @@ mod tests {
 
     fn autocommit_only(sql: &str) -> bool {
         autocommit_shape(sql).is_some()
+    }
+
+    #[test]
+    fn what_a_read_committed_transaction_may_carry_to_another_connection() {
+        for sql in [
+            "select v from kv where k = 1",
+            "SELECT * FROM t",
+            "begin read only",
+            "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ ONLY",
+        ] {
+            assert!(leaves_nothing_in_transaction(sql), "{sql}");
+        }
+        for sql in [
+            "savepoint s",
+            "declare c cursor for select 1",
+            "set local statement_timeout = 1",
+            "set transaction isolation level repeatable read",
+            "select pg_advisory_xact_lock(1)",
+            "select set_config('a.b', 'c', true)",
+            "select my_function()",
+            "select currval('s')",
+            "select 1; select 2",
+            "begin read only; declare c cursor for select 1",
+            "commit",
+            "select * from t for share",
+        ] {
+            assert!(!leaves_nothing_in_transaction(sql), "{sql}");
+        }
     }
 
     #[test]

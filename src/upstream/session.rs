@@ -51,9 +51,9 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_shape, begin_modes, classify, combine_shapes, contains_ignore_case, deallocated,
-    read_only, reads_sequence_state, route, runs_user_code, sets_identity, setting_value,
-    startup_changes_lexing, startup_creates_temp_objects, tx_end, Isolation, QueryEnd, Route,
-    SetChange, TxControl, TxEnd,
+    leaves_nothing_in_transaction, read_only, reads_sequence_state, route, runs_user_code,
+    sets_identity, setting_value, startup_changes_lexing, startup_creates_temp_objects, tx_end,
+    Isolation, QueryEnd, Route, SetChange, TxControl, TxEnd,
 };
 use super::client::{simple_values, LoginError, ReplyBuf};
 use super::pipe::Lease;
@@ -88,9 +88,10 @@ const LSN_QUERY: &str = "SELECT pg_current_wal_insert_lsn()";
 const SERIALIZABLE_STALENESS_MAX: Duration = Duration::from_secs(1);
 
 /// The longest a statement of a read-committed read-only transaction on a replica waits for
-/// that replica to replay every commit acknowledged before the statement started. The
-/// transaction cannot move to the primary mid-way; one whose replica does not catch up in
-/// time (or stops replaying) fails with 40001 and is ended (see `Session::abandon_replica_tx`).
+/// that replica to replay every commit acknowledged before the statement started, where the
+/// transaction cannot move to the primary (`ReplicaTx::movable`: a movable one waits as a
+/// read does, then moves); one whose replica does not catch up in time (or stops replaying)
+/// fails with 40001 and is ended (see `Session::abandon_replica_tx`).
 const IN_TRANSACTION_WAIT_MAX: Duration = Duration::from_millis(1000);
 
 /// Replies piled up past this are written to the client mid-batch (a large result streams).
@@ -164,7 +165,32 @@ struct ReplicaTx {
     /// The batch that began it is running: if the replica fails it before any reply reached
     /// the client, it is run again on the primary (the transaction never started).
     first_batch: bool,
+    /// Read committed, and every batch before the running one left nothing in the transaction
+    /// but its BEGIN (`classify::leaves_nothing_in_transaction`; no named portal, no Execute
+    /// that may stop short): at the primary, a new `BEGIN READ ONLY` transaction would be the
+    /// same transaction from here on (each statement takes its own snapshot, and the primary's
+    /// hold every commit). So rather than fail, it goes on there when its replica falls
+    /// behind or fails (`Session::move_replica_tx`).
+    movable: bool,
+    /// `movable` once the running batch is done.
+    movable_after: bool,
+    /// Movable, not the first batch, and the running batch ends with a Sync or Query: if the
+    /// replica fails it (a lost connection, a conflict with recovery) before any reply reached
+    /// the client, the batch runs again on the primary behind a new BEGIN.
+    rerunnable: bool,
 }
+
+/// What a batch of a read-only transaction on a replica does (`Session::continue_replica_tx`).
+enum ReplicaStep {
+    /// Its first this many bytes run on the replica.
+    Run(usize),
+    /// The replica is behind (or gone) and the transaction is movable: it goes on at the
+    /// primary.
+    Move,
+}
+
+/// What a moved read-only transaction begins with on the primary (`ReplicaTx::movable`).
+const BEGIN_MOVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY";
 
 /// The message a queued reply answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,6 +363,9 @@ pub struct Session {
     /// The replica read failed before any reply reached the client: run it on the primary
     /// (and take the replica out of rotation if `.0`).
     retry_on_primary: Option<(bool, String)>,
+    /// The session's read-only transaction moved here from a replica (`move_replica_tx`):
+    /// the next batch begins it again on its connection first (`run_batch`).
+    begin_again: bool,
     /// A batch runs again on the primary after a replica refused it: not counted twice.
     recounting: bool,
     /// `None`: strict reads. `Some(bound)`: reads may miss commits this old (`serializable`
@@ -648,6 +677,7 @@ impl Session {
             replica_read: None,
             flushed_mid_batch: false,
             retry_on_primary: None,
+            begin_again: false,
             recounting: false,
             staleness,
             serializable,
@@ -1076,10 +1106,11 @@ impl Session {
         {
             match self.replica_tx {
                 Some(tx) => match self.continue_replica_tx(frames, tx).await {
-                    Ok(part) => {
+                    Ok(ReplicaStep::Run(part)) => {
                         frames = &frames[..part];
                         replica = Some(tx.replica);
                     }
+                    Ok(ReplicaStep::Move) => self.move_replica_tx("it fell behind"),
                     Err(e) => {
                         self.abandon_replica_tx(frames, out, e);
                         return Ok(frames.len());
@@ -1109,10 +1140,14 @@ impl Session {
                     .await
                 {
                     Ok(()) => {
+                        let movable_after = each_statement && self.leaves_nothing(&frames[..part]);
                         self.replica_tx = Some(ReplicaTx {
                             replica: i,
                             each_statement,
                             first_batch: true,
+                            movable: each_statement,
+                            movable_after,
+                            rerunnable: false,
                         });
                         Counters::bump(&self.shard.counters.replica_transactions);
                         frames = &frames[..part];
@@ -1163,13 +1198,22 @@ impl Session {
             if replica_down {
                 self.shard.replica_failed(i, &why);
             }
-            // (The first batch of a replica transaction: it never started for the client.)
-            self.replica_tx = None;
             log::debug!("replica read retried on the primary: {why}");
             Counters::bump(&self.shard.counters.replica_retries);
             out.truncate(out_start);
             if let Some(saved) = saved_statements {
                 self.statements = saved;
+            }
+            let moved = self.replica_tx.is_some_and(|tx| !tx.first_batch);
+            if moved {
+                // A later batch of a movable transaction (`ReplicaTx::rerunnable`): the
+                // transaction goes on at the primary, this batch first.
+                self.move_replica_tx(&why);
+                self.tx = b'T';
+            } else {
+                // (The first batch of a replica transaction: it never started for the
+                // client.)
+                self.replica_tx = None;
             }
             if let Some(server) = self.server.take() {
                 if self.settled() && self.tx == b'I' {
@@ -1183,8 +1227,9 @@ impl Session {
             self.must_answer = 0;
             self.replica_read = None;
             // The standby refused a write the text scan let through (e.g. a user function
-            // named like a built-in): on the primary it commits, so learn its position.
-            self.wrote = !self.shard.replicas.is_empty();
+            // named like a built-in): on the primary it commits, so learn its position. (Not
+            // in a read-only transaction.)
+            self.wrote = !moved && !self.shard.replicas.is_empty();
             let unit = self.pipelinable(frames);
             if !self.acquire_primary(frames, unit, cancel, out).await {
                 return Ok(frames.len());
@@ -1198,6 +1243,7 @@ impl Session {
         self.replica_read = None;
         if let Some(tx) = self.replica_tx.as_mut() {
             tx.first_batch = false;
+            tx.movable = tx.movable_after;
             if self.server.is_none() {
                 // Lost mid-transaction: the client got 08006 and stays connected; the
                 // transaction is gone (the standby rolled it back).
@@ -1733,17 +1779,19 @@ impl Session {
 
     /// A batch inside the session's read-only transaction on a replica: how much of it runs
     /// there now. At read committed (or once the text mentions `isolation`: `SET TRANSACTION
-    /// ISOLATION LEVEL` may have made it so), a batch that runs a statement first waits, at
-    /// most [`IN_TRANSACTION_WAIT_MAX`], for the replica to replay the applied LSN as of
-    /// now; the error if it does not (the transaction cannot move hosts), or if the batch
-    /// has something a replica transaction cannot run (see `replica_tx_cut`).
+    /// ISOLATION LEVEL` may have made it so), a batch that runs a statement first waits for
+    /// the replica to replay the applied LSN as of now. A movable transaction
+    /// (`ReplicaTx::movable`) waits as a read does (`replica::WAIT_MAX`), then goes on at the
+    /// primary; another waits at most [`IN_TRANSACTION_WAIT_MAX`] and gets the error if the
+    /// replica does not catch up (the transaction cannot move hosts), as does a batch with
+    /// something a replica transaction cannot run (see `replica_tx_cut`).
     async fn continue_replica_tx(
         &mut self,
         frames: &[u8],
         tx: ReplicaTx,
-    ) -> Result<usize, PgError> {
+    ) -> Result<ReplicaStep, PgError> {
         if self.copy_in {
-            return Ok(frames.len());
+            return Ok(ReplicaStep::Run(frames.len()));
         }
         let part = self.replica_tx_cut(frames, false).ok_or_else(|| {
             PgError::new(
@@ -1757,9 +1805,11 @@ impl Session {
         let part_frames = &frames[..part];
         let mut each_statement = tx.each_statement;
         let mut runs = false;
+        let mut last = 0;
         let mut rest = part_frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
+            last = frame.tag;
             match FrontendMessage::parse(frame) {
                 // `SET TRANSACTION ISOLATION` may make it read committed; `COMMIT AND CHAIN`
                 // starts a new transaction on this replica whose first snapshot must see every
@@ -1778,15 +1828,31 @@ impl Session {
                 _ => {}
             }
         }
+        // Whatever this batch leaves, it can go on at the primary only from a known state: no
+        // replies awaited, no extended-protocol work open, not failed (the client must roll it
+        // back: moved, it would work again).
+        let movable = tx.movable && self.tx == b'T' && !self.unsynced && self.expect.is_empty();
+        let movable_after = movable && self.leaves_nothing(part_frames);
         if let Some(t) = self.replica_tx.as_mut() {
             t.each_statement = each_statement;
+            t.movable_after = movable_after;
+            t.rerunnable = movable && matches!(last, b'S' | b'Q');
         }
-        if each_statement && runs {
+        // (A failed transaction's statements fail whatever the replica has replayed.)
+        if each_statement && runs && self.tx != b'E' {
             let lsn = self.shard.applied_lsn();
+            let limit = if movable {
+                super::replica::WAIT_MAX
+            } else {
+                IN_TRANSACTION_WAIT_MAX
+            };
             let caught_up = self
                 .shard
-                .replica_catches_up(tx.replica, lsn, self.staleness, IN_TRANSACTION_WAIT_MAX)
+                .replica_catches_up(tx.replica, lsn, self.staleness, limit)
                 .await;
+            if !caught_up && movable {
+                return Ok(ReplicaStep::Move);
+            }
             if !caught_up && !self.shard.replicas[tx.replica].in_rotation() {
                 // Failed or unreachable (its poller says so): the transaction is as good as
                 // lost with it.
@@ -1807,7 +1873,73 @@ impl Session {
                 ));
             }
         }
-        Ok(part)
+        Ok(ReplicaStep::Run(part))
+    }
+
+    /// Whether running `frames` in a movable transaction leaves it movable (see
+    /// `ReplicaTx::movable`): every Query, and every statement a Bind runs, leaves nothing in
+    /// the transaction (`classify::leaves_nothing_in_transaction`), into the unnamed portal,
+    /// each Execute runs its portal to the end; besides those only Parse, Describe, Close,
+    /// Sync and Flush.
+    fn leaves_nothing(&self, frames: &[u8]) -> bool {
+        // Statements parsed earlier in these frames (more than this: not movable).
+        let mut parsed: [(&str, &str); 8] = [("", ""); 8];
+        let mut n_parsed = 0;
+        let mut rest = frames;
+        while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+            rest = &rest[len..];
+            let ok = match FrontendMessage::parse(frame) {
+                Ok(FrontendMessage::Query { sql }) => leaves_nothing_in_transaction(sql),
+                Ok(FrontendMessage::Parse { name, sql, .. }) if n_parsed < parsed.len() => {
+                    parsed[n_parsed] = (name, sql);
+                    n_parsed += 1;
+                    true
+                }
+                Ok(FrontendMessage::Bind(bind)) => {
+                    bind.portal.is_empty()
+                        && parsed[..n_parsed]
+                            .iter()
+                            .rev()
+                            .find(|(n, _)| *n == bind.statement)
+                            .map(|p| p.1)
+                            .or_else(|| self.statements.get(bind.statement).map(|s| &*s.sql))
+                            .is_some_and(leaves_nothing_in_transaction)
+                }
+                Ok(FrontendMessage::Execute { max_rows, .. }) => max_rows == 0,
+                Ok(
+                    FrontendMessage::Describe { .. }
+                    | FrontendMessage::Close { .. }
+                    | FrontendMessage::Sync
+                    | FrontendMessage::Flush,
+                ) => true,
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The session's movable read-only transaction (`ReplicaTx::movable`) leaves its replica,
+    /// which fell behind or failed: the replica's connection (if it is still there) rolls the
+    /// transaction back and goes back to the pool, on a task of its own; the transaction goes
+    /// on at the primary, where the next batch to run begins it again ([`BEGIN_MOVED`], in
+    /// the same write: `run_batch`). The client sees nothing but the new host's answers
+    /// (`now()` and the backend differ, as they may at any pooler's transaction boundary).
+    fn move_replica_tx(&mut self, why: &str) {
+        let Some(tx) = self.replica_tx.take() else {
+            return;
+        };
+        log::debug!(
+            "read-only transaction moves from replica {} to the primary: {why}",
+            tx.replica
+        );
+        Counters::bump(&self.shard.counters.replica_transactions_moved);
+        if let Some(server) = self.server.take() {
+            tidy_and_release(self.shard.clone(), server, true, false);
+        }
+        self.begin_again = true;
     }
 
     /// How much of `frames` may run in a read-only transaction on a replica: up to the end
@@ -1976,8 +2108,16 @@ impl Session {
             .as_ref()
             .is_some_and(|s| s.settings == self.settings);
         let unit_start = self.expect.is_empty() && self.tx == b'I' && !self.unsynced;
-        if !settings_match && unit_start {
+        let begin_again = std::mem::take(&mut self.begin_again);
+        if !settings_match && (unit_start || begin_again) {
             self.queue_settings_replay();
+        }
+        if begin_again {
+            // A read-only transaction moved here from a replica (`move_replica_tx`).
+            frontend::encode_query(&mut self.to_send, BEGIN_MOVED);
+            self.push(Kind::Query, false, Done::Replayed);
+            self.forget_unnamed_upstream();
+            self.must_answer = self.expect.len();
         }
         self.keep_sequence_state_own(frames, unit_start);
         let mut runs = false;
@@ -2837,17 +2977,18 @@ impl Session {
                     return true;
                 }
                 let code = error_field(body, b'C');
-                if self.replica_read.is_some()
-                    && self.replica_tx.is_none()
-                    && !self.flushed_mid_batch
-                    && matches!(code.as_deref(), Some("25006" | "40001" | "0A000"))
-                {
+                let standby_error = match self.replica_tx {
+                    None => matches!(code.as_deref(), Some("25006" | "40001" | "0A000")),
+                    Some(tx) => tx.rerunnable && code.as_deref() == Some("40001"),
+                };
+                if self.replica_read.is_some() && !self.flushed_mid_batch && standby_error {
                     // Not the client's error but the standby's: a write the text scan let
                     // through (25006), a conflict with recovery (40001), something a standby
                     // does not support (0A000). The batch is run again on the primary once
-                    // this connection is back at ReadyForQuery. (Not in a read-only
-                    // transaction: there 25006 is PostgreSQL's answer to the client's write,
-                    // and the transaction cannot move.)
+                    // this connection is back at ReadyForQuery. (In a read-only transaction
+                    // only a conflict with recovery, and only where the transaction may move,
+                    // `ReplicaTx::rerunnable`: there 25006 is PostgreSQL's answer to the
+                    // client's write.)
                     self.retry_on_primary
                         .get_or_insert((false, error_field(body, b'M').unwrap_or_default()));
                 }
@@ -3118,7 +3259,9 @@ impl Session {
         self.commit_unrecorded = false;
         // The commit's outcome is unknown to the client (it gets 08006): nothing to record.
         self.wrote = false;
-        let may_retry = self.replica_tx.is_none_or(|tx| tx.first_batch);
+        let may_retry = self
+            .replica_tx
+            .is_none_or(|tx| tx.first_batch || tx.rerunnable);
         if self.replica_read.is_some() && !self.flushed_mid_batch && may_retry {
             // Nothing of this read reached the client: the primary answers it instead.
             log::info!("replica connection lost: {why}; the read goes to the primary");
@@ -3227,6 +3370,7 @@ impl Session {
             self.skip_until_sync = true;
         }
         self.tx = b'I';
+        self.begin_again = false;
     }
 }
 

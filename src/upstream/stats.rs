@@ -32,6 +32,9 @@ pub struct Counters {
     pub replica_transactions: Cell<u64>,
     /// Of those, ended by ringwire (read committed: the replica did not catch up in time).
     pub replica_transactions_failed: Cell<u64>,
+    /// Of those, gone on at the primary (read committed, nothing in them yet that another
+    /// connection would lack: the replica fell behind, failed, or hit a recovery conflict).
+    pub replica_transactions_moved: Cell<u64>,
 }
 
 impl Counters {
@@ -49,6 +52,7 @@ impl Counters {
             sent_to_primary: self.sent_to_primary.get(),
             replica_transactions: self.replica_transactions.get(),
             replica_transactions_failed: self.replica_transactions_failed.get(),
+            replica_transactions_moved: self.replica_transactions_moved.get(),
             slow_units,
             hosts,
         }
@@ -79,6 +83,7 @@ pub struct ShardStats {
     pub sent_to_primary: u64,
     pub replica_transactions: u64,
     pub replica_transactions_failed: u64,
+    pub replica_transactions_moved: u64,
     /// Shapes of pipelined units found slow (`pipe.rs`, `SlowShapes`).
     pub slow_units: u64,
     pub hosts: Vec<HostStats>,
@@ -143,7 +148,7 @@ pub fn render(shards: &[Option<ShardStats>]) -> String {
             .enumerate()
             .map(|(i, s)| (format!("shard=\"{i}\""), f64::from(u8::from(s.is_some())))),
     );
-    let per_shard: [ShardSeries; 9] = [
+    let per_shard: [ShardSeries; 10] = [
         (
             "ringwire_upstream_client_connections",
             "gauge",
@@ -191,6 +196,12 @@ pub fn render(shards: &[Option<ShardStats>]) -> String {
             "counter",
             "read-only transactions on a replica ended with 40001 (the replica did not catch up)",
             |s| s.replica_transactions_failed,
+        ),
+        (
+            "ringwire_upstream_replica_transactions_moved_total",
+            "counter",
+            "read-only transactions on a replica that went on at the primary (the replica fell behind or failed)",
+            |s| s.replica_transactions_moved,
         ),
         (
             "ringwire_upstream_pipeline_slow_units_total",
