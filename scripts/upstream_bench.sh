@@ -17,8 +17,8 @@
 # Read-only transactions while the replica lags (docs/ARCHITECTURE.md, "Moving to the
 # primary"): 16 clients run `BEGIN READ ONLY`, two reads of pgbench_accounts, `COMMIT`, while
 # 4 clients run pgbench -N through the same ringwire, for 8 s; each binary once per round,
-# alternated, ROUNDS rounds (default 3). Prints the readers' tps, failed transactions and
-# mean latency, the writers' tps, and ringwire's counts of read-only transactions on the
+# alternated, ROUNDS rounds (default 3). Prints the readers' tps, failed transactions (and
+# clients pgbench aborted on another error) and mean latency, the writers' tps, and ringwire's counts of read-only transactions on the
 # replica, ended with 40001, and moved to the primary.
 #
 # usage: scripts/upstream_bench.sh functions PG_PORT [RINGWIRE_BINARY [OTHER_BINARY]]
@@ -126,6 +126,11 @@ SQL
         | awk -v m="$1" '$1 ~ "^"m"[{ ]" || $1 == m {s += $2} END {print s + 0}'; }
     for round in $(seq 1 "${ROUNDS:-3}"); do
         for bin in "${bins[@]}"; do
+            # (The previous instance's listeners may take a moment to go.)
+            for _ in $(seq 50); do
+                ss -ltn | grep -qE ":($rw_port|$metrics_port) " || break
+                sleep 0.2
+            done
             "$bin" --listen 127.0.0.1:$rw_port --shards 2 --upstream-pool-size 16 \
                 --upstream "postgres://postgres@127.0.0.1:$pg/postgres" \
                 --replica "postgres://postgres@127.0.0.1:$replica/postgres" \
@@ -141,11 +146,13 @@ SQL
             r_tps=$(awk '/^tps/ {print $3}' /tmp/upstream_bench_r.out)
             failed=$(awk '/number of failed transactions/ {print $5}' /tmp/upstream_bench_r.out)
             lat=$(awk '/^latency average/ {print $4}' /tmp/upstream_bench_r.out)
+            # (A client that gets an error other than a serialization failure is aborted.)
+            aborted=$(grep -c 'aborted' /tmp/upstream_bench_r.out || true)
             w_tps=$(awk '/^tps/ {print $3}' /tmp/upstream_bench_w.out)
             on=$(metric ringwire_upstream_replica_transactions_total)
             ended=$(metric ringwire_upstream_replica_transactions_failed_total)
             moved=$(metric ringwire_upstream_replica_transactions_moved_total)
-            echo "round $round $bin readers tps=$r_tps failed=${failed:-?} latency_ms=$lat" \
+            echo "round $round $bin readers tps=$r_tps failed=${failed:-?} aborted=$aborted latency_ms=$lat" \
                 "writers tps=$w_tps on_replica=$on ended_40001=$ended moved=$moved"
             kill $rw; wait $rw 2>/dev/null || true
         done

@@ -372,6 +372,11 @@ pub struct ServerConn {
     pub at: usize,
     /// The WAL timeline its host was on when it opened, for the fence (0: not asked).
     timeline: u32,
+    /// A replica's: its server's own `default_transaction_isolation` (postgresql.conf, `ALTER
+    /// ROLE`/`DATABASE`), asked as it opened, is read committed; `RESET ALL` comes back to
+    /// it. False when not asked (the primary's) or not read committed: a plain `BEGIN` of a
+    /// session that set no isolation of its own may then be anything (`ReplicaTx::movable`).
+    pub read_committed_default: bool,
     /// Which connection of its pool it is (from 1; 0 for a share of a pipe): a session
     /// remembers where its last batch ran (`Session::last_conn`).
     pub serial: u64,
@@ -981,7 +986,8 @@ impl Pool {
             let cached = self.credential.borrow().clone();
             cached.unwrap_or_else(|| credential.clone())
         };
-        let (at, (stream, buf, hs), timeline) = self.open_on_some_host(&credential).await?;
+        let (at, (stream, buf, hs), timeline, read_committed_default) =
+            self.open_on_some_host(&credential).await?;
         self.preferred_host.set(at);
         // A client's cleartext password stays in its session only (it is not the pool's to
         // keep); the ClientKey and md5 hash are what PgBouncer keeps per user too.
@@ -1001,6 +1007,7 @@ impl Pool {
             host: self.host,
             at,
             timeline,
+            read_committed_default,
             serial: {
                 let serial = self.next_serial.get();
                 self.next_serial.set(serial + 1);
@@ -1021,7 +1028,7 @@ impl Pool {
     async fn open_on_some_host(
         &self,
         credential: &Credential,
-    ) -> Result<(usize, (ShardStream, ReplyBuf, Handshake), u32), LoginError> {
+    ) -> Result<(usize, (ShardStream, ReplyBuf, Handshake), u32, bool), LoginError> {
         let hosts = 1 + self.config.more_hosts.len();
         let fenced = self.host == Host::Primary && hosts > 1 && self.config.read_write;
         let first = self.preferred_host.get();
@@ -1060,7 +1067,23 @@ impl Pool {
                         Err(e) => log::info!("upstream {address}: no timeline: {e}"),
                     }
                 }
-                Ok::<_, LoginError>((stream, buf, hs, timeline))
+                // A replica's default isolation, for moving read-only transactions off it
+                // (`ServerConn::read_committed_default`); an answer that is not read committed
+                // (or none) only keeps them where they are.
+                let mut read_committed = false;
+                if matches!(self.host, Host::Replica(_)) {
+                    match simple_value(&mut stream, &mut buf, ISOLATION_QUERY).await {
+                        Ok(level) => {
+                            read_committed = matches!(
+                                level.as_deref(),
+                                Some("read committed" | "read uncommitted")
+                            )
+                        }
+                        Err(e) if passes_over(&e) => return Err(e),
+                        Err(e) => log::info!("upstream {address}: no default isolation: {e}"),
+                    }
+                }
+                Ok::<_, LoginError>((stream, buf, hs, timeline, read_committed))
             };
             // A replica that does not accept a connection in time is out of rotation (the
             // caller takes it out), and one of several primary hosts that does not must not
@@ -1085,25 +1108,34 @@ impl Pool {
                 opening.await
             };
             match opened {
-                Ok((stream, buf, hs, timeline)) => match read_only_why(&hs.parameters) {
-                    Some(why) if self.config.read_write => {
-                        log::info!("upstream {address} passed over: {why}");
-                        passed_over.push(format!("{address}: {why}"));
-                    }
-                    _ => match timeline
-                        .map(|t| (t, self.config.fence.fetch_max(t, Ordering::SeqCst)))
-                    {
-                        Some((t, seen)) if t < seen => {
-                            let why = format!(
-                                "{address}: fenced: a primary on timeline {t}, but one on \
-                                 timeline {seen} was seen (an old primary back after a failover?)"
-                            );
-                            log::warn!("upstream {why}");
-                            passed_over.push(why);
+                Ok((stream, buf, hs, timeline, read_committed)) => {
+                    match read_only_why(&hs.parameters) {
+                        Some(why) if self.config.read_write => {
+                            log::info!("upstream {address} passed over: {why}");
+                            passed_over.push(format!("{address}: {why}"));
                         }
-                        _ => return Ok((at, (stream, buf, hs), timeline.unwrap_or(0))),
-                    },
-                },
+                        _ => match timeline
+                            .map(|t| (t, self.config.fence.fetch_max(t, Ordering::SeqCst)))
+                        {
+                            Some((t, seen)) if t < seen => {
+                                let why = format!(
+                                    "{address}: fenced: a primary on timeline {t}, but one on \
+                                 timeline {seen} was seen (an old primary back after a failover?)"
+                                );
+                                log::warn!("upstream {why}");
+                                passed_over.push(why);
+                            }
+                            _ => {
+                                return Ok((
+                                    at,
+                                    (stream, buf, hs),
+                                    timeline.unwrap_or(0),
+                                    read_committed,
+                                ))
+                            }
+                        },
+                    }
+                }
                 Err(e) if hosts > 1 && passes_over(&e) => {
                     log::info!("upstream {address} passed over: {}", e.message);
                     passed_over.push(e.message);
@@ -1313,6 +1345,7 @@ impl ServerConn {
             host: pipe.host,
             at: pipe.at,
             timeline: 0,
+            read_committed_default: false,
             serial: 0,
             last_user: ANY_USER,
             released_at: Instant::now(),
@@ -1338,6 +1371,9 @@ pub fn no_host(read_write: bool, passed_over: &[String]) -> String {
 /// A primary's WAL file name, whose first 8 hex digits are its timeline (PostgreSQL 15 names
 /// it by the timeline WAL is inserted on; a promotion starts a new, higher one).
 const TIMELINE_QUERY: &str = "SELECT pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn())";
+
+/// Asked of each replica connection as it opens (`ServerConn::read_committed_default`).
+const ISOLATION_QUERY: &str = "SHOW default_transaction_isolation";
 
 /// How long connecting and logging in to one of several primary hosts may take before the
 /// next is tried.

@@ -189,8 +189,33 @@ enum ReplicaStep {
     Move,
 }
 
-/// What a moved read-only transaction begins with on the primary (`ReplicaTx::movable`).
-const BEGIN_MOVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY";
+/// What a moved read-only transaction begins with on the primary (`ReplicaTx::movable`); the
+/// query after it makes a later `SET TRANSACTION` fail as it would have on the replica (25001:
+/// "must be called before any query").
+const BEGIN_MOVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SELECT 1";
+
+/// Whose `default_transaction_isolation` a plain `BEGIN` of the session gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DefaultIsolation {
+    /// The session set it (a startup parameter or a committed SET).
+    Session(Isolation),
+    /// The session never set it: the server's own (postgresql.conf, `ALTER ROLE`/`DATABASE`),
+    /// which a replica connection learns as it opens (`ServerConn::read_committed_default`).
+    Server,
+    /// The session set it to a value this scan cannot read.
+    Unreadable,
+}
+
+impl DefaultIsolation {
+    /// What routing assumes: read committed unless known otherwise, so a transaction on a
+    /// replica checks every statement (more checks than needed only wait).
+    fn assumed(self) -> Isolation {
+        match self {
+            DefaultIsolation::Session(level) => level,
+            _ => Isolation::ReadCommitted,
+        }
+    }
+}
 
 /// The message a queued reply answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -377,7 +402,7 @@ pub struct Session {
     /// The session's `default_transaction_read_only` and `default_transaction_isolation`:
     /// what a plain `BEGIN` starts.
     default_read_only: bool,
-    default_isolation: Isolation,
+    default_isolation: DefaultIsolation,
     /// The open transaction is read-only and runs on a replica; `server` is that replica's.
     replica_tx: Option<ReplicaTx>,
     /// The primary connection (`ServerConn::serial`) this client's latest batch of its own
@@ -1134,18 +1159,23 @@ impl Session {
             // for no statement (PostgreSQL ignores those); one that comes while the batch
             // waits for a connection ends it.
             cancel.reset();
-            if let Some((i, each_statement, part)) = self.pick_replica_tx(frames).await {
+            if let Some((i, each_statement, part, read_committed)) =
+                self.pick_replica_tx(frames).await
+            {
                 match self
                     .take_connection(Host::Replica(i), None, 0, Some(cancel))
                     .await
                 {
                     Ok(()) => {
-                        let movable_after = each_statement && self.leaves_nothing(&frames[..part]);
+                        let server = self.server.as_ref().expect("taken");
+                        let movable = each_statement
+                            && read_committed.unwrap_or(server.read_committed_default);
+                        let movable_after = movable && self.leaves_nothing(&frames[..part]).1;
                         self.replica_tx = Some(ReplicaTx {
                             replica: i,
                             each_statement,
                             first_batch: true,
-                            movable: each_statement,
+                            movable,
                             movable_after,
                             rerunnable: false,
                         });
@@ -1204,6 +1234,11 @@ impl Session {
             if let Some(saved) = saved_statements {
                 self.statements = saved;
             }
+            // Before the batch, the session was idle, or in a movable transaction: no SET,
+            // savepoint or error in it yet (the standby's error marked it rolled back).
+            self.pending_sets.clear();
+            self.tx_rolled_back = false;
+            self.savepoint_in_tx = false;
             let moved = self.replica_tx.is_some_and(|tx| !tx.first_batch);
             if moved {
                 // A later batch of a movable transaction (`ReplicaTx::rerunnable`): the
@@ -1747,7 +1782,7 @@ impl Session {
     /// every commit acknowledged before the transaction began (`replica_for`, which may wait
     /// briefly). At repeatable read that one check suffices: the snapshot is taken at the
     /// first statement, later.
-    async fn pick_replica_tx(&self, frames: &[u8]) -> Option<(usize, bool, usize)> {
+    async fn pick_replica_tx(&self, frames: &[u8]) -> Option<(usize, bool, usize, Option<bool>)> {
         if self.shard.replicas.is_empty() || !self.idle_and_unpinned() || self.wrote {
             return None;
         }
@@ -1770,11 +1805,25 @@ impl Session {
         let isolation = match modes.isolation {
             Some(Isolation::Serializable) => return None,
             Some(level) => level,
-            None => self.default_isolation,
+            None => self.default_isolation.assumed(),
         };
         let part = self.replica_tx_cut(frames, true)?;
+        // Whether it is surely read committed, for `ReplicaTx::movable` (`None`: as the
+        // replica's own default is, which its connection knows).
+        let read_committed = match (modes.isolation, self.default_isolation) {
+            (Some(level), _) | (None, DefaultIsolation::Session(level)) => {
+                Some(level == Isolation::ReadCommitted)
+            }
+            (None, DefaultIsolation::Server) => None,
+            (None, DefaultIsolation::Unreadable) => Some(false),
+        };
         let i = self.fresh_replica().await?;
-        Some((i, isolation == Isolation::ReadCommitted, part))
+        Some((
+            i,
+            isolation == Isolation::ReadCommitted,
+            part,
+            read_committed,
+        ))
     }
 
     /// A batch inside the session's read-only transaction on a replica: how much of it runs
@@ -1831,8 +1880,13 @@ impl Session {
         // Whatever this batch leaves, it can go on at the primary only from a known state: no
         // replies awaited, no extended-protocol work open, not failed (the client must roll it
         // back: moved, it would work again).
-        let movable = tx.movable && self.tx == b'T' && !self.unsynced && self.expect.is_empty();
-        let movable_after = movable && self.leaves_nothing(part_frames);
+        let (self_contained, leaves_nothing) = self.leaves_nothing(part_frames);
+        let movable = tx.movable
+            && self_contained
+            && self.tx == b'T'
+            && !self.unsynced
+            && self.expect.is_empty();
+        let movable_after = movable && leaves_nothing;
         if let Some(t) = self.replica_tx.as_mut() {
             t.each_statement = each_statement;
             t.movable_after = movable_after;
@@ -1876,15 +1930,19 @@ impl Session {
         Ok(ReplicaStep::Run(part))
     }
 
-    /// Whether running `frames` in a movable transaction leaves it movable (see
-    /// `ReplicaTx::movable`): every Query, and every statement a Bind runs, leaves nothing in
-    /// the transaction (`classify::leaves_nothing_in_transaction`), into the unnamed portal,
-    /// each Execute runs its portal to the end; besides those only Parse, Describe, Close,
-    /// Sync and Flush.
-    fn leaves_nothing(&self, frames: &[u8]) -> bool {
+    /// What running `frames` in a movable transaction (see `ReplicaTx::movable`) relies on
+    /// and leaves: whether they use no portal bound before them (so they can run in a new
+    /// transaction), and whether they leave the transaction movable: every Query, and every
+    /// statement a Bind runs, leaves nothing in it (`classify::leaves_nothing_in_transaction`),
+    /// each Bind is into the unnamed portal and run to the end by an Execute of these frames,
+    /// and besides those only Parse, Describe, Close, Sync and Flush. (PostgreSQL keeps the
+    /// unnamed portal past a Sync inside a transaction block: one a later batch used would
+    /// not exist at the primary.)
+    fn leaves_nothing(&self, frames: &[u8]) -> (bool, bool) {
         // Statements parsed earlier in these frames (more than this: not movable).
         let mut parsed: [(&str, &str); 8] = [("", ""); 8];
         let mut n_parsed = 0;
+        let (mut bound, mut unexecuted) = (false, false);
         let mut rest = frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
@@ -1896,6 +1954,7 @@ impl Session {
                     true
                 }
                 Ok(FrontendMessage::Bind(bind)) => {
+                    (bound, unexecuted) = (true, true);
                     bind.portal.is_empty()
                         && parsed[..n_parsed]
                             .iter()
@@ -1905,7 +1964,22 @@ impl Session {
                             .or_else(|| self.statements.get(bind.statement).map(|s| &*s.sql))
                             .is_some_and(leaves_nothing_in_transaction)
                 }
-                Ok(FrontendMessage::Execute { max_rows, .. }) => max_rows == 0,
+                Ok(FrontendMessage::Execute { max_rows, .. }) => {
+                    if !bound {
+                        return (false, false);
+                    }
+                    unexecuted = false;
+                    max_rows == 0
+                }
+                Ok(FrontendMessage::Describe {
+                    target: Target::Portal,
+                    ..
+                }) => {
+                    if !bound {
+                        return (false, false);
+                    }
+                    true
+                }
                 Ok(
                     FrontendMessage::Describe { .. }
                     | FrontendMessage::Close { .. }
@@ -1915,10 +1989,10 @@ impl Session {
                 _ => false,
             };
             if !ok {
-                return false;
+                return (true, false);
             }
         }
-        true
+        (true, !unexecuted)
     }
 
     /// The session's movable read-only transaction (`ReplicaTx::movable`) leaves its replica,
@@ -1936,8 +2010,11 @@ impl Session {
             tx.replica
         );
         Counters::bump(&self.shard.counters.replica_transactions_moved);
-        if let Some(server) = self.server.take() {
-            tidy_and_release(self.shard.clone(), server, true, false);
+        if let Some(mut server) = self.server.take() {
+            // (A batch run again may have run code stored upstream there before it failed.)
+            self.forget_user_code(&mut server);
+            let tidy = std::mem::take(&mut self.untidied);
+            tidy_and_release(self.shard.clone(), server, true, tidy);
         }
         self.begin_again = true;
     }
@@ -3447,8 +3524,8 @@ fn read_rules(startup: &[(String, String)], sets: &[(String, String)]) -> (Optio
 }
 
 /// The session's `default_transaction_read_only` and `default_transaction_isolation` (later
-/// settings win; an unreadable value leaves PostgreSQL's default, read-write read committed,
-/// which routes to the primary or checks every statement: the safe side).
+/// settings win; an unreadable read-only value leaves PostgreSQL's default, read-write,
+/// which routes to the primary: the safe side).
 /// `transaction_isolation`, `transaction_read_only`, `transaction_deferrable`: set for one
 /// transaction only.
 fn is_transaction_characteristic(name: &str) -> bool {
@@ -3458,9 +3535,12 @@ fn is_transaction_characteristic(name: &str) -> bool {
     )
 }
 
-fn tx_defaults(startup: &[(String, String)], sets: &[(String, String)]) -> (bool, Isolation) {
+fn tx_defaults(
+    startup: &[(String, String)],
+    sets: &[(String, String)],
+) -> (bool, DefaultIsolation) {
     let mut read_only = false;
-    let mut isolation = Isolation::ReadCommitted;
+    let mut isolation = DefaultIsolation::Server;
     for (name, stmt) in startup.iter().chain(sets) {
         match name.as_str() {
             "default_transaction_read_only" => {
@@ -3471,7 +3551,7 @@ fn tx_defaults(startup: &[(String, String)], sets: &[(String, String)]) -> (bool
             }
             "default_transaction_isolation" => {
                 isolation = Isolation::from_setting(&setting_value(stmt, name))
-                    .unwrap_or(Isolation::ReadCommitted)
+                    .map_or(DefaultIsolation::Unreadable, DefaultIsolation::Session)
             }
             _ => {}
         }
