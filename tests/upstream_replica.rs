@@ -890,6 +890,29 @@ async fn a_lagging_replica_never_serves_a_stale_read_only_transaction() {
         until_replica_serves(&reader).await;
     }
 
+    // Nothing ran yet but its BEGIN: a `SET TRANSACTION` in the batch that moves works at
+    // the primary, as it would have on the replica.
+    paused_after_catching_up(&standby, &reader, v).await;
+    reader.batch_execute("begin read only").await.unwrap();
+    v += 1;
+    writer
+        .batch_execute(&format!("update kv set v = {v} where k = 1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        row(
+            &reader,
+            "set transaction isolation level repeatable read; \
+             select current_setting('transaction_isolation'), pg_is_in_recovery(), v \
+             from kv where k = 1"
+        )
+        .await,
+        ["repeatable read", "f", &v.to_string()]
+    );
+    reader.batch_execute("commit").await.unwrap();
+    standby.query_value("select pg_wal_replay_resume()");
+    until_replica_serves(&reader).await;
+
     // One with something in it that the primary would lack (a savepoint here) cannot move:
     // it fails with 40001 (bounded) and the client stays connected.
     paused_after_catching_up(&standby, &reader, v).await;
@@ -1203,7 +1226,18 @@ async fn a_recovery_conflict_moves_a_read_committed_transaction_to_the_primary()
         .await;
         (reader, r)
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Once it runs there (a fixed sleep would race a loaded machine):
+    eventually_blocking(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        "the long read runs on the standby",
+        || {
+            standby.query_value(
+                "select count(*) from pg_stat_activity where state = 'active' \
+             and query like 'select v, pg_is_in_recovery(), pg_sleep%'",
+            ) == "1"
+        },
+    );
     writer
         .batch_execute("update kv set v = 1 where k = 1")
         .await

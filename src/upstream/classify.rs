@@ -661,10 +661,20 @@ pub fn autocommit_shape(sql: &str) -> Option<u64> {
 /// that a new transaction on another connection would lack, so that the transaction may go
 /// on elsewhere (`Session::continue_replica_tx`): one plain read that leaves nothing behind
 /// and takes no lock ([`autocommit_shape`]: no SET, cursor, savepoint, advisory lock,
-/// sequence function or user code), or a lone BEGIN (inside a block, a warning and no more).
+/// sequence function or user code) and calls none of the built-ins whose state lasts to the
+/// transaction's end (large-object descriptors, `lo_open` and the rest; an exported
+/// snapshot), or a lone BEGIN (inside a block, a warning and no more).
 pub fn leaves_nothing_in_transaction(sql: &str) -> bool {
     if autocommit_shape(sql).is_some() {
-        return true;
+        let mut keeps = false;
+        for_each_word(sql, |word, call| {
+            let name = word.rsplit('.').next().unwrap_or(word).to_ascii_lowercase();
+            keeps |= call
+                && (name.starts_with("lo_")
+                    || matches!(name.as_str(), "loread" | "lowrite" | "pg_export_snapshot"));
+            !keeps
+        });
+        return !keeps;
     }
     let mut statements = 0;
     for_each_statement(sql, |_| statements += 1);
@@ -1707,6 +1717,9 @@ mod tests {
             "begin read only; declare c cursor for select 1",
             "commit",
             "select * from t for share",
+            "select lo_open(16385, 262144)",
+            "SELECT pg_catalog.loread(0, 100)",
+            "select pg_export_snapshot()",
         ] {
             assert!(!leaves_nothing_in_transaction(sql), "{sql}");
         }

@@ -149,6 +149,17 @@ impl ClientStatement {
 
 /// In a replica transaction, `sql` may change what needs a freshness check: see
 /// `Session::continue_replica_tx`.
+/// The Query and Execute messages in `frames`.
+fn statements_run(frames: &[u8]) -> usize {
+    let mut n = 0;
+    let mut rest = frames;
+    while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+        rest = &rest[len..];
+        n += usize::from(matches!(frame.tag, b'Q' | b'E'));
+    }
+    n
+}
+
 fn per_statement_checks(sql: &str) -> bool {
     contains_ignore_case(sql.as_bytes(), b"isolation")
         || contains_ignore_case(sql.as_bytes(), b"chain")
@@ -174,6 +185,12 @@ struct ReplicaTx {
     movable: bool,
     /// `movable` once the running batch is done.
     movable_after: bool,
+    /// A statement ran in it after its BEGIN, before the running batch (so a `SET
+    /// TRANSACTION` fails there with 25001, "must be called before any query"; the primary
+    /// gets [`BEGIN_MOVED_AFTER_READS`] to say the same).
+    ran: bool,
+    /// `ran` once the running batch is done.
+    ran_after: bool,
     /// Movable, not the first batch, and the running batch ends with a Sync or Query: if the
     /// replica fails it (a lost connection, a conflict with recovery) before any reply reached
     /// the client, the batch runs again on the primary behind a new BEGIN.
@@ -189,10 +206,13 @@ enum ReplicaStep {
     Move,
 }
 
-/// What a moved read-only transaction begins with on the primary (`ReplicaTx::movable`); the
-/// query after it makes a later `SET TRANSACTION` fail as it would have on the replica (25001:
-/// "must be called before any query").
-const BEGIN_MOVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SELECT 1";
+/// What a moved read-only transaction begins with on the primary (`ReplicaTx::movable`), if
+/// nothing ran in it yet: the client may still `SET TRANSACTION`, there as on the replica.
+const BEGIN_MOVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY";
+
+/// The same once a statement ran in it (`ReplicaTx::ran`): the query after the BEGIN makes a
+/// later `SET TRANSACTION` fail as it would have on the replica (25001).
+const BEGIN_MOVED_AFTER_READS: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SELECT 1";
 
 /// Whose `default_transaction_isolation` a plain `BEGIN` of the session gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,6 +277,9 @@ enum Done {
     /// [`TIDY`], queued behind code stored upstream (`queue_tidy`); with the fingerprint of
     /// the settings it leaves the connection with, where it replays them.
     Tidied(Option<u64>),
+    /// The BEGIN of a read-only transaction moved from a replica (`move_replica_tx`). Its
+    /// error, unlikely as it is (a cancel landing on it), reaches the client as an error.
+    Moved,
 }
 
 /// What a client Query does to the session's settings, as its replies come.
@@ -390,7 +413,7 @@ pub struct Session {
     retry_on_primary: Option<(bool, String)>,
     /// The session's read-only transaction moved here from a replica (`move_replica_tx`):
     /// the next batch begins it again on its connection first (`run_batch`).
-    begin_again: bool,
+    begin_again: Option<&'static str>,
     /// A batch runs again on the primary after a replica refused it: not counted twice.
     recounting: bool,
     /// `None`: strict reads. `Some(bound)`: reads may miss commits this old (`serializable`
@@ -702,7 +725,7 @@ impl Session {
             replica_read: None,
             flushed_mid_batch: false,
             retry_on_primary: None,
-            begin_again: false,
+            begin_again: None,
             recounting: false,
             staleness,
             serializable,
@@ -1171,12 +1194,16 @@ impl Session {
                         let movable = each_statement
                             && read_committed.unwrap_or(server.read_committed_default);
                         let movable_after = movable && self.leaves_nothing(&frames[..part]).1;
+                        // (More than the BEGIN: a Query or Execute after it.)
+                        let ran_after = statements_run(&frames[..part]) > 1;
                         self.replica_tx = Some(ReplicaTx {
                             replica: i,
                             each_statement,
                             first_batch: true,
                             movable,
                             movable_after,
+                            ran: false,
+                            ran_after,
                             rerunnable: false,
                         });
                         Counters::bump(&self.shard.counters.replica_transactions);
@@ -1279,6 +1306,7 @@ impl Session {
         if let Some(tx) = self.replica_tx.as_mut() {
             tx.first_batch = false;
             tx.movable = tx.movable_after;
+            tx.ran = tx.ran_after;
             if self.server.is_none() {
                 // Lost mid-transaction: the client got 08006 and stays connected; the
                 // transaction is gone (the standby rolled it back).
@@ -1890,6 +1918,7 @@ impl Session {
         if let Some(t) = self.replica_tx.as_mut() {
             t.each_statement = each_statement;
             t.movable_after = movable_after;
+            t.ran_after = tx.ran || runs;
             t.rerunnable = movable && matches!(last, b'S' | b'Q');
         }
         // (A failed transaction's statements fail whatever the replica has replayed.)
@@ -1942,7 +1971,7 @@ impl Session {
         // Statements parsed earlier in these frames (more than this: not movable).
         let mut parsed: [(&str, &str); 8] = [("", ""); 8];
         let mut n_parsed = 0;
-        let (mut bound, mut unexecuted) = (false, false);
+        let (mut bound, mut unexecuted, mut leaves) = (false, false, true);
         let mut rest = frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
@@ -1988,11 +2017,10 @@ impl Session {
                 ) => true,
                 _ => false,
             };
-            if !ok {
-                return (true, false);
-            }
+            // (Read on: a later message may still use a portal bound before these frames.)
+            leaves &= ok;
         }
-        (true, !unexecuted)
+        (true, leaves && !unexecuted)
     }
 
     /// The session's movable read-only transaction (`ReplicaTx::movable`) leaves its replica,
@@ -2016,7 +2044,11 @@ impl Session {
             let tidy = std::mem::take(&mut self.untidied);
             tidy_and_release(self.shard.clone(), server, true, tidy);
         }
-        self.begin_again = true;
+        self.begin_again = Some(if tx.ran {
+            BEGIN_MOVED_AFTER_READS
+        } else {
+            BEGIN_MOVED
+        });
     }
 
     /// How much of `frames` may run in a read-only transaction on a replica: up to the end
@@ -2185,14 +2217,14 @@ impl Session {
             .as_ref()
             .is_some_and(|s| s.settings == self.settings);
         let unit_start = self.expect.is_empty() && self.tx == b'I' && !self.unsynced;
-        let begin_again = std::mem::take(&mut self.begin_again);
-        if !settings_match && (unit_start || begin_again) {
+        let begin_again = self.begin_again.take();
+        if !settings_match && (unit_start || begin_again.is_some()) {
             self.queue_settings_replay();
         }
-        if begin_again {
+        if let Some(begin) = begin_again {
             // A read-only transaction moved here from a replica (`move_replica_tx`).
-            frontend::encode_query(&mut self.to_send, BEGIN_MOVED);
-            self.push(Kind::Query, false, Done::Replayed);
+            frontend::encode_query(&mut self.to_send, begin);
+            self.push(Kind::Query, false, Done::Moved);
             self.forget_unnamed_upstream();
             self.must_answer = self.expect.len();
         }
@@ -3222,6 +3254,7 @@ impl Session {
             | Done::Unnamed(_)
             | Done::Replayed
             | Done::Discarded
+            | Done::Moved
             | Done::Tidied(None) => {}
             Done::Tidied(Some(fp)) => server.settings = fp,
             Done::Settings(fp) => {
@@ -3447,7 +3480,7 @@ impl Session {
             self.skip_until_sync = true;
         }
         self.tx = b'I';
-        self.begin_again = false;
+        self.begin_again = None;
     }
 }
 
