@@ -147,8 +147,6 @@ impl ClientStatement {
     }
 }
 
-/// In a replica transaction, `sql` may change what needs a freshness check: see
-/// `Session::continue_replica_tx`.
 /// The Query and Execute messages in `frames`.
 fn statements_run(frames: &[u8]) -> usize {
     let mut n = 0;
@@ -160,6 +158,8 @@ fn statements_run(frames: &[u8]) -> usize {
     n
 }
 
+/// In a replica transaction, `sql` may change what needs a freshness check: see
+/// `Session::continue_replica_tx`.
 fn per_statement_checks(sql: &str) -> bool {
     contains_ignore_case(sql.as_bytes(), b"isolation")
         || contains_ignore_case(sql.as_bytes(), b"chain")
@@ -176,8 +176,9 @@ struct ReplicaTx {
     /// The batch that began it is running: if the replica fails it before any reply reached
     /// the client, it is run again on the primary (the transaction never started).
     first_batch: bool,
-    /// Read committed, and every batch before the running one left nothing in the transaction
-    /// but its BEGIN (`classify::leaves_nothing_in_transaction`; no named portal, no Execute
+    /// Surely read committed (its BEGIN or the session says so, else the replica's own
+    /// default: `ServerConn::read_committed_default`), and every batch before the running one
+    /// left nothing in the transaction but its BEGIN (`classify::leaves_nothing_in_transaction`; no named portal, no Execute
     /// that may stop short): at the primary, a new `BEGIN READ ONLY` transaction would be the
     /// same transaction from here on (each statement takes its own snapshot, and the primary's
     /// hold every commit). So rather than fail, it goes on there when its replica falls
