@@ -1264,9 +1264,7 @@ impl Session {
             }
             // Before the batch, the session was idle, or in a movable transaction: no SET,
             // savepoint or error in it yet (the standby's error marked it rolled back).
-            self.pending_sets.clear();
-            self.tx_rolled_back = false;
-            self.savepoint_in_tx = false;
+            self.forget_transaction_state();
             let moved = self.replica_tx.is_some_and(|tx| !tx.first_batch);
             if moved {
                 // A later batch of a movable transaction (`ReplicaTx::rerunnable`): the
@@ -1909,7 +1907,12 @@ impl Session {
         // Whatever this batch leaves, it can go on at the primary only from a known state: no
         // replies awaited, no extended-protocol work open, not failed (the client must roll it
         // back: moved, it would work again).
-        let (self_contained, leaves_nothing) = self.leaves_nothing(part_frames);
+        // (Not read once the transaction is not movable: it never becomes so again.)
+        let (self_contained, leaves_nothing) = if tx.movable {
+            self.leaves_nothing(part_frames)
+        } else {
+            (false, false)
+        };
         let movable = tx.movable
             && self_contained
             && self.tx == b'T'
@@ -2835,6 +2838,13 @@ impl Session {
                 server.settings = SETTINGS_UNKNOWN;
             }
         }
+        self.forget_transaction_state();
+    }
+
+    /// What the session noted of its open transaction (its SETs, whether it failed or rolled
+    /// back, a savepoint in it), dropped: the transaction is over, or never happened.
+    fn forget_transaction_state(&mut self) {
+        self.pending_sets.clear();
         self.tx_rolled_back = false;
         self.savepoint_in_tx = false;
     }
@@ -3441,9 +3451,7 @@ impl Session {
         self.skip_until_sync = tail_needs_sync || reported;
         self.copy_in = false;
         self.tx = b'I';
-        self.pending_sets.clear();
-        self.tx_rolled_back = false;
-        self.savepoint_in_tx = false;
+        self.forget_transaction_state();
         // Pinned state died with the connection.
         self.pinned = false;
     }
