@@ -17,7 +17,8 @@
 # Read-only transactions while the replica lags (docs/ARCHITECTURE.md, "Moving to the
 # primary"): 16 clients run `BEGIN READ ONLY`, two reads of pgbench_accounts, `COMMIT`, while
 # 4 clients run pgbench -N through the same ringwire, for 8 s; each binary once per round,
-# alternated, ROUNDS rounds (default 3). Prints the readers' tps, failed transactions (and
+# alternated, ROUNDS rounds (default 3). RO_EXTRA (e.g. "SET LOCAL statement_timeout = '5s';")
+# goes after the BEGIN. Prints the readers' tps, failed transactions (and
 # clients pgbench aborted on another error) and mean latency, the writers' tps, and ringwire's counts of read-only transactions on the
 # replica, ended with 40001, and moved to the primary.
 #
@@ -115,9 +116,10 @@ if [ "${1:-}" = replica-tx ]; then
     pg=${2:?PG_PORT}; replica=${3:?REPLICA_PORT}
     bins=("${4:-target/release/ringwire}"); [ -n "${5:-}" ] && bins+=("$5")
     rw_port=16875; metrics_port=16876
-    cat > /tmp/upstream_bench_ro.sql <<'SQL'
+    cat > /tmp/upstream_bench_ro.sql <<SQL
 \set aid random(1, 100000 * :scale)
 BEGIN READ ONLY;
+${RO_EXTRA:-}
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
 COMMIT;

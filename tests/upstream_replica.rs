@@ -599,7 +599,7 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
     // Read committed: a statement later in the transaction sees writes acknowledged before
     // it started. The standby applies each commit 300 ms late, so without a wait or a move
     // the read would be stale. A transaction of plain reads waits as a read does (20 ms),
-    // then goes on at the primary; one with a savepoint cannot move, and the relay waits for
+    // then goes on at the primary; one with a cursor cannot move, and the relay waits for
     // the pinned replica to replay the write.
     standby.query_value("alter system set recovery_min_apply_delay = '300ms'");
     standby.query_value("select pg_reload_conf()");
@@ -609,7 +609,10 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
         until_replica_serves(&reader).await;
         reader.batch_execute("BEGIN READ ONLY").await.unwrap();
         if !movable {
-            reader.batch_execute("SAVEPOINT s").await.unwrap();
+            reader
+                .batch_execute("DECLARE c CURSOR FOR SELECT 1")
+                .await
+                .unwrap();
         }
         let (before, replica) = read(&reader).await;
         assert!(
@@ -623,7 +626,7 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
         writes += 1;
         let (after, replica) = match try_read(&reader).await {
             Ok(read) => read,
-            // With a savepoint the wait is bounded (1 s): a loaded machine (CI's debug build)
+            // With a cursor the wait is bounded (1 s): a loaded machine (CI's debug build)
             // can replay the write later than that, and then the transaction is ended with
             // 40001, never answered stale. Such a round is inconclusive: the next one waits
             // again.
@@ -638,13 +641,13 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
             after,
             before + 1,
             "round {round}: a read-committed statement missed an acknowledged write \
-             (a savepoint: {})",
+             (a cursor: {})",
             !movable
         );
         // (A movable round is on the primary unless the machine stalled for the 300 ms.)
         assert!(
             replica || movable,
-            "round {round}: with a savepoint, the transaction left its replica"
+            "round {round}: with a cursor, the transaction left its replica"
         );
         reader.batch_execute("COMMIT").await.unwrap();
     }
@@ -705,10 +708,30 @@ async fn read_only_transactions_run_on_the_replica_and_see_every_acknowledged_wr
     );
 
     // A statement that would pin the session to its connection (kept, the replica connection
-    // would serve the session's later writes) is refused with 0A000; the transaction ends
-    // and the session carries on, its writes on the primary.
+    // would serve the session's later writes) moves a transaction of plain reads to the
+    // primary, where it runs and pins the session ...
+    let pinned = connect(&rw).await;
+    until_replica_serves(&pinned).await;
+    pinned.batch_execute("begin read only").await.unwrap();
+    assert_eq!(row(&pinned, "select pg_is_in_recovery()").await, ["t"]);
+    pinned.batch_execute("prepare p as select 1").await.unwrap();
+    assert_eq!(
+        row(
+            &pinned,
+            "select pg_is_in_recovery(), current_setting('transaction_read_only')"
+        )
+        .await,
+        ["f", "on"]
+    );
+    pinned.batch_execute("commit").await.unwrap();
+    assert_eq!(column(&pinned, "execute p").await, ["1"]);
+    // ... and is refused with 0A000 in one that cannot move (a cursor in it); the
+    // transaction ends and the session carries on, its writes on the primary.
     until_replica_serves(&reader).await;
-    reader.batch_execute("begin read only").await.unwrap();
+    reader
+        .batch_execute("begin read only; declare c cursor for select 1")
+        .await
+        .unwrap();
     assert_eq!(row(&reader, "select pg_is_in_recovery()").await, ["t"]);
     let (code, message) = error_code(&reader, "prepare p as select 1").await;
     assert_eq!(code, "0A000", "{message}");
@@ -913,11 +936,11 @@ async fn a_lagging_replica_never_serves_a_stale_read_only_transaction() {
     standby.query_value("select pg_wal_replay_resume()");
     until_replica_serves(&reader).await;
 
-    // One with something in it that the primary would lack (a savepoint here) cannot move:
+    // One with something in it that the primary would lack (a cursor here) cannot move:
     // it fails with 40001 (bounded) and the client stays connected.
     paused_after_catching_up(&standby, &reader, v).await;
     reader
-        .batch_execute("begin read only; savepoint s")
+        .batch_execute("begin read only; declare c cursor for select 1")
         .await
         .unwrap();
     assert_eq!(read(&reader).await, (v, true));
@@ -969,14 +992,18 @@ async fn a_replica_dying_mid_transaction_moves_it_or_fails_it_with_08006_and_kee
     let mut standby = Postgres::start_standby(&primary);
     let rw = start(&primary, &standby, "1");
     let writer = setup(&rw).await;
-    // Read committed with only reads in it: it goes on at the primary.
+    // Read committed with only reads in it, and what its text redoes (SET LOCAL, a
+    // savepoint): it goes on at the primary, and they with it.
     let mover = connect(&rw).await;
-    mover.batch_execute("begin read only").await.unwrap();
+    mover
+        .batch_execute("begin read only; set local statement_timeout = '77s'; savepoint s")
+        .await
+        .unwrap();
     assert_eq!(read(&mover).await, (0, true));
-    // With a savepoint (state the primary's transaction would lack): it fails.
+    // With a cursor (state the primary's transaction would lack): it fails.
     let reader = connect(&rw).await;
     reader
-        .batch_execute("begin read only; savepoint s")
+        .batch_execute("begin read only; declare c cursor for select 1")
         .await
         .unwrap();
     assert_eq!(read(&reader).await, (0, true));
@@ -987,6 +1014,8 @@ async fn a_replica_dying_mid_transaction_moves_it_or_fails_it_with_08006_and_kee
     .await
     .unwrap();
     assert_eq!(read(&mover).await, (0, false));
+    mover.batch_execute("release s").await.unwrap();
+    assert_eq!(row(&mover, "show statement_timeout").await, ["77s"]);
     assert_eq!(read(&mover).await, (0, false));
     mover.batch_execute("commit").await.unwrap();
     let (code, _) = error_code(&reader, READ).await;
@@ -1360,4 +1389,187 @@ async fn a_portal_bound_in_an_earlier_batch_keeps_its_transaction_on_the_replica
         error_field(&error.1, b'M')
     );
     standby.query_value("select pg_wal_replay_resume()");
+}
+
+/// A read-committed read-only transaction carries `SET LOCAL` and its savepoints to the
+/// primary when its replica falls behind (they run again there after the new BEGIN), and
+/// moves there, rather than fail with 0A000, when it runs what a replica transaction cannot
+/// (a session SET in a prepared statement, `COMMIT; UPDATE …` in one Query). Each part fails
+/// on the build before (40001 or 0A000). Replay is paused, so a read that returns the latest
+/// value and `pg_is_in_recovery() = false` ran on the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_transaction_takes_its_local_settings_and_savepoints_along() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "1");
+    let writer = setup(&rw).await;
+    let mut reader = connect(&rw).await;
+    let mut v = 0;
+    let write = async |v: &mut i64| {
+        *v += 1;
+        writer
+            .batch_execute(&format!("update kv set v = {v} where k = 1"))
+            .await
+            .unwrap();
+    };
+
+    // SET LOCAL and a savepoint, in the BEGIN's Query and after a read.
+    paused_after_catching_up(&standby, &reader, v).await;
+    reader
+        .batch_execute("begin read only; set local statement_timeout = '123s'")
+        .await
+        .unwrap();
+    assert_eq!(read(&reader).await, (v, true));
+    reader
+        .batch_execute("savepoint s; set local work_mem = '9MB'")
+        .await
+        .unwrap();
+    write(&mut v).await;
+    assert_eq!(read(&reader).await, (v, false), "moved");
+    assert_eq!(
+        row(
+            &reader,
+            "select current_setting('statement_timeout'), current_setting('work_mem')"
+        )
+        .await,
+        ["123s", "9MB"]
+    );
+    // The savepoint is there: rolling back to it undoes only what came after it.
+    reader.batch_execute("rollback to s").await.unwrap();
+    assert_eq!(
+        row(
+            &reader,
+            "select current_setting('statement_timeout'), current_setting('work_mem'), \
+             current_setting('transaction_read_only')"
+        )
+        .await,
+        ["123s", "4MB", "on"]
+    );
+    reader.batch_execute("commit").await.unwrap();
+    assert_eq!(row(&reader, "show statement_timeout").await, ["0"]);
+    standby.query_value("select pg_wal_replay_resume()");
+
+    // BEGIN and a read in one Query, then SET LOCAL over the extended protocol.
+    paused_after_catching_up(&standby, &reader, v).await;
+    assert_eq!(
+        row(
+            &reader,
+            "begin read only; select v, pg_is_in_recovery() from kv"
+        )
+        .await,
+        [v.to_string(), "t".to_string()]
+    );
+    reader
+        .execute("set local work_mem = '7MB'", &[])
+        .await
+        .unwrap();
+    write(&mut v).await;
+    assert_eq!(read(&reader).await, (v, false), "moved");
+    assert_eq!(row(&reader, "show work_mem").await, ["7MB"]);
+    reader.batch_execute("commit").await.unwrap();
+    standby.query_value("select pg_wal_replay_resume()");
+
+    // A read in the BEGIN's own Query took a snapshot: after the move, `SET TRANSACTION`
+    // fails with 25001 as it would have on the replica (it must not turn the moved
+    // transaction repeatable read).
+    paused_after_catching_up(&standby, &reader, v).await;
+    row(
+        &reader,
+        "begin read only; select v, pg_is_in_recovery() from kv",
+    )
+    .await;
+    write(&mut v).await;
+    let (code, message) = error_code(
+        &reader,
+        "set transaction isolation level repeatable read; select 1",
+    )
+    .await;
+    assert_eq!(code, "25001", "{message}");
+    reader.batch_execute("rollback").await.unwrap();
+    standby.query_value("select pg_wal_replay_resume()");
+
+    // A session SET in a prepared statement would pin the session to its replica
+    // connection: the transaction moves first, and the SET is the session's once it commits.
+    paused_after_catching_up(&standby, &reader, v).await;
+    let tx = reader
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .await
+        .unwrap();
+    let on_standby: bool = tx
+        .query_one("select pg_is_in_recovery()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(on_standby);
+    tx.execute("set application_name = 'carried'", &[])
+        .await
+        .unwrap();
+    let r = tx.query_one(READ, &[]).await.unwrap();
+    assert_eq!((r.get::<_, i64>(0), r.get::<_, bool>(1)), (v, false));
+    tx.commit().await.unwrap();
+    assert_eq!(row(&reader, "show application_name").await, ["carried"]);
+    standby.query_value("select pg_wal_replay_resume()");
+
+    // COMMIT and a write in one Query: it cannot be split, so the transaction moves and the
+    // primary runs both; the write is acknowledged, so no read after it may miss it.
+    let other = connect(&rw).await;
+    paused_after_catching_up(&standby, &other, v).await;
+    other.batch_execute("begin read only").await.unwrap();
+    assert_eq!(read(&other).await, (v, true));
+    v += 1;
+    other
+        .batch_execute(&format!("commit; update kv set v = {v} where k = 1"))
+        .await
+        .unwrap();
+    assert_eq!(read(&other).await, (v, false));
+    let fresh = connect(&rw).await;
+    assert_eq!(read(&fresh).await, (v, false));
+    standby.query_value("select pg_wal_replay_resume()");
+    until_replica_serves(&fresh).await;
+    assert_eq!(read(&fresh).await, (v, true));
+}
+
+/// A session SET once the transaction has a savepoint pins the session (which part a ROLLBACK
+/// TO undoes is not tracked): in a replica transaction that can move, the transaction moves
+/// to the primary first and the session keeps that connection; in one that cannot, the SET is
+/// refused with 0A000, as other pinning statements are. (Before, it ran on the replica and
+/// left the session pinned to the replica's connection: a debug build's assertion.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_set_after_a_savepoint_never_pins_a_replica_connection() {
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "1");
+    let _writer = setup(&rw).await;
+    let reader = connect(&rw).await;
+    reader
+        .batch_execute("begin read only; savepoint s")
+        .await
+        .unwrap();
+    assert_eq!(read(&reader).await, (0, true));
+    reader
+        .batch_execute("set search_path = pg_catalog, public")
+        .await
+        .unwrap();
+    assert_eq!(read(&reader).await, (0, false), "moved");
+    reader.batch_execute("commit").await.unwrap();
+    assert_eq!(
+        row(&reader, "show search_path").await,
+        ["pg_catalog, public"]
+    );
+    // Pinned to its primary connection from now on: every read goes there.
+    assert_eq!(read(&reader).await, (0, false));
+
+    let other = connect(&rw).await;
+    until_replica_serves(&other).await;
+    other
+        .batch_execute("begin read only; declare c cursor for select 1; savepoint s")
+        .await
+        .unwrap();
+    assert_eq!(read(&other).await, (0, true));
+    let (code, message) = error_code(&other, "set search_path = pg_catalog, public").await;
+    assert_eq!(code, "0A000", "{message}");
+    other.batch_execute("rollback").await.unwrap();
+    assert_eq!(row(&other, "show search_path").await, ["\"$user\", public"]);
 }

@@ -658,27 +658,129 @@ pub fn autocommit_shape(sql: &str) -> Option<u64> {
 }
 
 /// Whether running `sql` inside a read-only read-committed transaction leaves nothing there
-/// that a new transaction on another connection would lack, so that the transaction may go
-/// on elsewhere (`Session::continue_replica_tx`): one plain read that leaves nothing behind
-/// and takes no lock ([`autocommit_shape`]: no SET, cursor, savepoint, advisory lock,
-/// sequence function or user code) and calls none of the built-ins whose state lasts to the
-/// transaction's end (large-object descriptors, `lo_open` and the rest; an exported
-/// snapshot), or a lone BEGIN (inside a block, a warning and no more).
-pub fn leaves_nothing_in_transaction(sql: &str) -> bool {
-    if autocommit_shape(sql).is_some() {
-        let mut keeps = false;
-        for_each_word(sql, |word, call| {
-            let name = word.rsplit('.').next().unwrap_or(word).to_ascii_lowercase();
-            keeps |= call
-                && (name.starts_with("lo_")
-                    || matches!(name.as_str(), "loread" | "lowrite" | "pg_export_snapshot"));
-            !keeps
-        });
-        return !keeps;
+/// that a new transaction on another connection would lack once `replay` has run there, so
+/// that the transaction may go on elsewhere (`Session::move_replica_tx`). Every statement of
+/// `sql` must be one of:
+/// - a plain read that leaves nothing behind and takes no lock ([`autocommit_shape`]: no SET,
+///   cursor, advisory lock, sequence function or user code) and calls none of the built-ins
+///   whose state lasts to the transaction's end (large-object descriptors, `lo_open` and the
+///   rest; an exported snapshot);
+/// - a BEGIN (inside a block, a warning and no more);
+/// - what its own text redoes in the new transaction ([`replays_in_transaction`]), which is
+///   appended to `replay`, each statement followed by `"\n;"` (a line comment at its end
+///   stays its own).
+///
+/// On `false`, `replay` may hold part of `sql`'s statements.
+pub fn movable_in_transaction(sql: &str, replay: &mut String) -> bool {
+    if unbalanced_quotes(sql) {
+        return false;
     }
-    let mut statements = 0;
-    for_each_statement(sql, |_| statements += 1);
-    statements == 1 && begin_modes(sql).is_some()
+    let (mut ok, mut statements) = (true, 0);
+    for_each_statement(sql, |stmt| {
+        statements += 1;
+        ok = ok
+            && if autocommit_shape(stmt).is_some() {
+                !keeps_transaction_state(stmt)
+            } else if begin_modes(stmt).is_some() {
+                true
+            } else if replays_in_transaction(stmt) {
+                replay.push_str(stmt.trim());
+                replay.push_str("\n;");
+                true
+            } else {
+                false
+            };
+    });
+    ok && statements > 0
+}
+
+/// A plain read's calls that leave state in its transaction: large-object descriptors and an
+/// exported snapshot (see [`movable_in_transaction`]).
+fn keeps_transaction_state(stmt: &str) -> bool {
+    let mut keeps = false;
+    for_each_word(stmt, |word, call| {
+        let name = word.rsplit('.').next().unwrap_or(word).to_ascii_lowercase();
+        keeps |= call
+            && (name.starts_with("lo_")
+                || matches!(name.as_str(), "loread" | "lowrite" | "pg_export_snapshot"));
+        !keeps
+    });
+    keeps
+}
+
+/// Whether one statement inside a read-only transaction leaves nothing but what running its
+/// own text again in a new transaction (after the same BEGIN, on a connection with the same
+/// session settings) redoes: `SET LOCAL` of a plain setting, `SAVEPOINT` and `RELEASE`.
+/// Not `ROLLBACK TO` (its transaction is marked rolled back anyway, see `Session`), not a
+/// session-level `SET` (recorded at commit: `Session::pending_sets`), not what changes the
+/// transaction's own modes, the identity, the client encoding, the random seed or how later
+/// statements are scanned (`standard_conforming_strings`).
+fn replays_in_transaction(stmt: &str) -> bool {
+    let mut w = words(stmt, 4);
+    if w.len() >= 2 && w[0] == "set" && w[1] == "local" {
+        // (`U&"…"` may spell any name: read here as `u`.)
+        if stmt.contains('&') {
+            return false;
+        }
+        // `SET LOCAL name …` reads as `SET name …` for the setting's canonical name.
+        w.remove(1);
+        canonical_setting(&mut w);
+        let name = w.get(1).map_or("", String::as_str);
+        return !name.is_empty()
+            && !sets_identity(name)
+            && !classify(stmt).pins
+            && !matches!(
+                name.to_ascii_lowercase().as_str(),
+                "transaction"
+                    | "session"
+                    | "constraints"
+                    | "transaction_isolation"
+                    | "transaction_read_only"
+                    | "transaction_deferrable"
+                    | "client_encoding"
+                    | "standard_conforming_strings"
+                    | "seed"
+                    // Refused once the backend used a temporary table: a pooled primary
+                    // connection may have.
+                    | "temp_buffers"
+            );
+    }
+    matches!(w.first().map(String::as_str), Some("savepoint" | "release"))
+}
+
+/// Whether running (or parsing) `sql` takes a snapshot, after which PostgreSQL refuses `SET
+/// TRANSACTION` in the block (25001, "must be called before any query"): every statement but
+/// those PostgreSQL runs without one (`PlannedStmtRequiresSnapshot`: transaction control,
+/// SET, RESET, SHOW, LOCK, FETCH, LISTEN, NOTIFY, UNLISTEN, CHECKPOINT). Doubtful text
+/// counts as taking one.
+pub fn takes_snapshot(sql: &str) -> bool {
+    let mut takes = false;
+    for_each_statement(sql, |stmt| {
+        let w = words(stmt, 1);
+        takes |= !matches!(
+            w.first().map(String::as_str),
+            Some(
+                "begin"
+                    | "start"
+                    | "set"
+                    | "reset"
+                    | "show"
+                    | "savepoint"
+                    | "release"
+                    | "rollback"
+                    | "commit"
+                    | "end"
+                    | "abort"
+                    | "lock"
+                    | "fetch"
+                    | "listen"
+                    | "notify"
+                    | "unlisten"
+                    | "checkpoint"
+            )
+        );
+    });
+    takes
 }
 
 /// FNV-1a, 64 bits: the shape hash (a few words per statement; no allocation, no table).
@@ -1696,32 +1798,90 @@ mod tests {
 
     #[test]
     fn what_a_read_committed_transaction_may_carry_to_another_connection() {
-        for sql in [
-            "select v from kv where k = 1",
-            "SELECT * FROM t",
-            "begin read only",
-            "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ ONLY",
+        let movable = |sql: &str| {
+            let mut replay = String::new();
+            movable_in_transaction(sql, &mut replay).then_some(replay)
+        };
+        for (sql, replay) in [
+            ("select v from kv where k = 1", ""),
+            ("SELECT * FROM t", ""),
+            ("begin read only", ""),
+            (
+                "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ ONLY",
+                "",
+            ),
+            ("select 1; select 2", ""),
+            ("begin read only; select 1;", ""),
+            ("savepoint s", "savepoint s\n;"),
+            ("RELEASE SAVEPOINT s", "RELEASE SAVEPOINT s\n;"),
+            (
+                "set local statement_timeout = 1 -- why",
+                "set local statement_timeout = 1 -- why\n;",
+            ),
+            (
+                "BEGIN READ ONLY; SET LOCAL search_path TO a, b; select 1; SET LOCAL TIME ZONE 'UTC'",
+                "SET LOCAL search_path TO a, b\n;SET LOCAL TIME ZONE 'UTC'\n;",
+            ),
+            ("set local myapp.tenant = '7'", "set local myapp.tenant = '7'\n;"),
         ] {
-            assert!(leaves_nothing_in_transaction(sql), "{sql}");
+            assert_eq!(movable(sql).as_deref(), Some(replay), "{sql}");
         }
         for sql in [
-            "savepoint s",
             "declare c cursor for select 1",
-            "set local statement_timeout = 1",
+            "set statement_timeout = 1",
+            "reset statement_timeout",
+            "rollback to s",
             "set transaction isolation level repeatable read",
+            "set local transaction isolation level repeatable read",
+            "set local transaction_isolation = 'repeatable read'",
+            "set local transaction_read_only = off",
+            "set local role postgres",
+            "set local \"Role\" = postgres",
+            "set local session authorization postgres",
+            "set local names 'LATIN1'",
+            "set local standard_conforming_strings = off",
+            "set local search_path = pg_temp",
+            "set local seed = 0.5",
+            "set local U&\"transaction_isolation\" = 'repeatable read'",
+            "set local temp_buffers = '16MB'",
+            "set local constraints all deferred",
             "select pg_advisory_xact_lock(1)",
             "select set_config('a.b', 'c', true)",
             "select my_function()",
             "select currval('s')",
-            "select 1; select 2",
             "begin read only; declare c cursor for select 1",
+            "savepoint s; declare c cursor for select 1",
             "commit",
             "select * from t for share",
             "select lo_open(16385, 262144)",
             "SELECT pg_catalog.loread(0, 100)",
             "select pg_export_snapshot()",
+            "select 'unclosed",
+            "",
         ] {
-            assert!(!leaves_nothing_in_transaction(sql), "{sql}");
+            assert_eq!(movable(sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn what_takes_a_snapshot_in_a_transaction() {
+        for sql in [
+            "select 1",
+            "begin read only; select 1",
+            "set local a.b = 1; values (1)",
+            "with x as (select 1) select * from x",
+            "declare c cursor for select 1",
+        ] {
+            assert!(takes_snapshot(sql), "{sql}");
+        }
+        for sql in [
+            "begin read only",
+            "SET LOCAL statement_timeout = 1; savepoint s; release s",
+            "show work_mem",
+            "set transaction isolation level repeatable read",
+            "",
+        ] {
+            assert!(!takes_snapshot(sql), "{sql}");
         }
     }
 

@@ -51,8 +51,8 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_shape, begin_modes, classify, combine_shapes, contains_ignore_case, deallocated,
-    leaves_nothing_in_transaction, read_only, reads_sequence_state, route, runs_user_code,
-    sets_identity, setting_value, startup_changes_lexing, startup_creates_temp_objects, tx_end,
+    movable_in_transaction, read_only, reads_sequence_state, route, runs_user_code, sets_identity,
+    setting_value, startup_changes_lexing, startup_creates_temp_objects, takes_snapshot, tx_end,
     Isolation, QueryEnd, Route, SetChange, TxControl, TxEnd,
 };
 use super::client::{simple_values, LoginError, ReplyBuf};
@@ -147,17 +147,6 @@ impl ClientStatement {
     }
 }
 
-/// The Query and Execute messages in `frames`.
-fn statements_run(frames: &[u8]) -> usize {
-    let mut n = 0;
-    let mut rest = frames;
-    while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
-        rest = &rest[len..];
-        n += usize::from(matches!(frame.tag, b'Q' | b'E'));
-    }
-    n
-}
-
 /// In a replica transaction, `sql` may change what needs a freshness check: see
 /// `Session::continue_replica_tx`.
 fn per_statement_checks(sql: &str) -> bool {
@@ -177,18 +166,21 @@ struct ReplicaTx {
     /// the client, it is run again on the primary (the transaction never started).
     first_batch: bool,
     /// Surely read committed (its BEGIN or the session says so, else the replica's own
-    /// default: `ServerConn::read_committed_default`), and every batch before the running one
-    /// left nothing in the transaction but its BEGIN (`classify::leaves_nothing_in_transaction`; no named portal, no Execute
-    /// that may stop short): at the primary, a new `BEGIN READ ONLY` transaction would be the
-    /// same transaction from here on (each statement takes its own snapshot, and the primary's
-    /// hold every commit). So rather than fail, it goes on there when its replica falls
-    /// behind or fails (`Session::move_replica_tx`).
+    /// default: `ServerConn::read_committed_default`), no error in it so far, and every batch
+    /// before the running one left nothing in the transaction but its BEGIN and what
+    /// `Session::moved_replay` redoes (`classify::movable_in_transaction`: `SET LOCAL`,
+    /// savepoints; no named portal, no Execute that may stop short): at the primary, a new
+    /// `BEGIN READ ONLY` transaction followed by that replay would be the same transaction
+    /// from here on (each statement takes its own snapshot, and the primary's hold every
+    /// commit). So rather than fail, it goes on there when its replica falls behind or fails,
+    /// or when a batch has what a replica transaction cannot run (`Session::move_replica_tx`).
     movable: bool,
     /// `movable` once the running batch is done.
     movable_after: bool,
-    /// A statement ran in it after its BEGIN, before the running batch (so a `SET
-    /// TRANSACTION` fails there with 25001, "must be called before any query"; the primary
-    /// gets [`BEGIN_MOVED_AFTER_READS`] to say the same).
+    /// A statement that takes a snapshot ran or was parsed in it (`classify::takes_snapshot`;
+    /// not BEGIN, SET, SAVEPOINT), before the running batch, so a `SET TRANSACTION` fails
+    /// there with 25001, "must be called before any query"; the primary gets
+    /// [`AFTER_READS`] to say the same. Kept only while the transaction is movable.
     ran: bool,
     /// `ran` once the running batch is done.
     ran_after: bool,
@@ -198,22 +190,43 @@ struct ReplicaTx {
     rerunnable: bool,
 }
 
+/// What a batch of a movable transaction relies on and leaves (`Session::leaves_nothing`).
+struct InTransaction {
+    /// It uses no portal bound before it, so it can run in a new transaction.
+    self_contained: bool,
+    /// It leaves the transaction movable.
+    leaves_nothing: bool,
+    /// A statement of it takes a snapshot (`classify::takes_snapshot`): a later `SET
+    /// TRANSACTION` fails (`ReplicaTx::ran`).
+    snapshot: bool,
+}
+
 /// What a batch of a read-only transaction on a replica does (`Session::continue_replica_tx`).
 enum ReplicaStep {
     /// Its first this many bytes run on the replica.
     Run(usize),
-    /// The replica is behind (or gone) and the transaction is movable: it goes on at the
-    /// primary.
-    Move,
+    /// The replica is behind (or gone), or the batch has what a replica transaction cannot
+    /// run (`Session::replica_tx_cut`), and the transaction is movable: it goes on at the
+    /// primary. Why, for the log.
+    Move(&'static str),
 }
 
-/// What a moved read-only transaction begins with on the primary (`ReplicaTx::movable`), if
-/// nothing ran in it yet: the client may still `SET TRANSACTION`, there as on the replica.
-const BEGIN_MOVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY";
+/// What a moved read-only transaction begins with on the primary (`ReplicaTx::movable`),
+/// followed by `Session::moved_replay` and, once a statement ran in it (`ReplicaTx::ran`),
+/// [`AFTER_READS`]. Until then the client may still `SET TRANSACTION`, there as on the
+/// replica.
+const BEGIN_MOVED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY;";
 
-/// The same once a statement ran in it (`ReplicaTx::ran`): the query after the BEGIN makes a
-/// later `SET TRANSACTION` fail as it would have on the replica (25001).
-const BEGIN_MOVED_AFTER_READS: &str = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SELECT 1";
+/// A transaction whose `Session::moved_replay` would grow past this many bytes (a client
+/// setting savepoints in a loop) stops being movable (`ReplicaTx::movable`).
+const MOVED_REPLAY_MAX: usize = 64 << 10;
+
+/// The capacity `Session::moved_replay` keeps between replica transactions.
+const MOVED_REPLAY_KEPT: usize = 256;
+
+/// A query, so that a later `SET TRANSACTION` fails with 25001 ("must be called before any
+/// query") at the primary as it would have on the replica.
+const AFTER_READS: &str = "SELECT 1";
 
 /// Whose `default_transaction_isolation` a plain `BEGIN` of the session gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -414,7 +427,13 @@ pub struct Session {
     retry_on_primary: Option<(bool, String)>,
     /// The session's read-only transaction moved here from a replica (`move_replica_tx`):
     /// the next batch begins it again on its connection first (`run_batch`).
-    begin_again: Option<&'static str>,
+    begin_again: Option<String>,
+    /// The statements of the session's movable replica transaction (`ReplicaTx::movable`)
+    /// that a move to the primary runs again after its BEGIN (`SET LOCAL`, savepoints:
+    /// `classify::movable_in_transaction`), each ending in `"\n;"`; and those of the running
+    /// batch, added once it leaves the transaction movable.
+    moved_replay: String,
+    moved_replay_next: String,
     /// A batch runs again on the primary after a replica refused it: not counted twice.
     recounting: bool,
     /// `None`: strict reads. `Some(bound)`: reads may miss commits this old (`serializable`
@@ -727,6 +746,8 @@ impl Session {
             flushed_mid_batch: false,
             retry_on_primary: None,
             begin_again: None,
+            moved_replay: String::new(),
+            moved_replay_next: String::new(),
             recounting: false,
             staleness,
             serializable,
@@ -1159,7 +1180,7 @@ impl Session {
                         frames = &frames[..part];
                         replica = Some(tx.replica);
                     }
-                    Ok(ReplicaStep::Move) => self.move_replica_tx("it fell behind"),
+                    Ok(ReplicaStep::Move(why)) => self.move_replica_tx(why),
                     Err(e) => {
                         self.abandon_replica_tx(frames, out, e);
                         return Ok(frames.len());
@@ -1194,9 +1215,18 @@ impl Session {
                         let server = self.server.as_ref().expect("taken");
                         let movable = each_statement
                             && read_committed.unwrap_or(server.read_committed_default);
-                        let movable_after = movable && self.leaves_nothing(&frames[..part]).1;
-                        // (More than the BEGIN: a Query or Execute after it.)
-                        let ran_after = statements_run(&frames[..part]) > 1;
+                        let mut replay = std::mem::take(&mut self.moved_replay_next);
+                        replay.clear();
+                        // (What a long transaction left is not kept for the session's life.)
+                        replay.shrink_to(MOVED_REPLAY_KEPT);
+                        // (Read only where the transaction may move: else neither matters.)
+                        let batch =
+                            movable.then(|| self.leaves_nothing(&frames[..part], &mut replay));
+                        let movable_after = batch.as_ref().is_some_and(|b| b.leaves_nothing);
+                        let ran_after = batch.is_some_and(|b| b.snapshot);
+                        self.moved_replay_next = replay;
+                        self.moved_replay.clear();
+                        self.moved_replay.shrink_to(MOVED_REPLAY_KEPT);
                         self.replica_tx = Some(ReplicaTx {
                             replica: i,
                             each_statement,
@@ -1262,8 +1292,11 @@ impl Session {
             if let Some(saved) = saved_statements {
                 self.statements = saved;
             }
-            // Before the batch, the session was idle, or in a movable transaction: no SET,
-            // savepoint or error in it yet (the standby's error marked it rolled back).
+            // Before the batch, the session was idle, or in a movable transaction: no session
+            // SET or error in it yet (the standby's error marked it rolled back), but perhaps
+            // a savepoint, which the move replays. (Kept even if only this batch set one: at
+            // worst a later SET in the transaction pins the session, `note_effects`.)
+            let savepoint = self.savepoint_in_tx;
             self.forget_transaction_state();
             let moved = self.replica_tx.is_some_and(|tx| !tx.first_batch);
             if moved {
@@ -1271,6 +1304,7 @@ impl Session {
                 // transaction goes on at the primary, this batch first.
                 self.move_replica_tx(&why);
                 self.tx = b'T';
+                self.savepoint_in_tx = savepoint;
             } else {
                 // (The first batch of a replica transaction: it never started for the
                 // client.)
@@ -1304,7 +1338,14 @@ impl Session {
         self.replica_read = None;
         if let Some(tx) = self.replica_tx.as_mut() {
             tx.first_batch = false;
-            tx.movable = tx.movable_after;
+            // (An error, or a ROLLBACK TO, marks the transaction rolled back: what it undid
+            // is not worth tracking.)
+            tx.movable = tx.movable_after
+                && !self.tx_rolled_back
+                && self.moved_replay.len() + self.moved_replay_next.len() <= MOVED_REPLAY_MAX;
+            if tx.movable {
+                self.moved_replay.push_str(&self.moved_replay_next);
+            }
             tx.ran = tx.ran_after;
             if self.server.is_none() {
                 // Lost mid-transaction: the client got 08006 and stays connected; the
@@ -1869,15 +1910,30 @@ impl Session {
         if self.copy_in {
             return Ok(ReplicaStep::Run(frames.len()));
         }
-        let part = self.replica_tx_cut(frames, false).ok_or_else(|| {
-            PgError::new(
+        let Some(part) = self.replica_tx_cut(frames, false) else {
+            if tx.movable
+                && self.tx == b'T'
+                && !self.unsynced
+                && self.expect.is_empty()
+                && self
+                    .leaves_nothing(frames, &mut String::new())
+                    .self_contained
+            {
+                // It runs on the primary, which can (and pins the session there if it must).
+                return Ok(ReplicaStep::Move(
+                    "it runs what a replica transaction cannot",
+                ));
+            }
+            return Err(PgError::new(
                 SqlState::FEATURE_NOT_SUPPORTED,
-                "this read-only transaction runs on a replica (ringwire), which cannot run \
-                 statements that tie the session to its connection (PREPARE, LISTEN, SET ROLE, \
-                 a WITH HOLD cursor, a SET inside a prepared statement) or that end the \
-                 transaction and go on in the same query; the transaction was ended",
-            )
-        })?;
+                "this read-only transaction runs on a replica (ringwire) and cannot move to \
+                 the primary (it holds a cursor, a lock or other state only its connection \
+                 has), so it cannot run statements that tie the session to its connection \
+                 (PREPARE, LISTEN, SET ROLE, a WITH HOLD cursor, a SET inside a prepared \
+                 statement or after a savepoint) or that end the transaction and go on in the \
+                 same query; the transaction was ended",
+            ));
+        };
         let part_frames = &frames[..part];
         let mut each_statement = tx.each_statement;
         let mut runs = false;
@@ -1908,11 +1964,15 @@ impl Session {
         // replies awaited, no extended-protocol work open, not failed (the client must roll it
         // back: moved, it would work again).
         // (Not read once the transaction is not movable: it never becomes so again.)
-        let (self_contained, leaves_nothing) = if tx.movable {
-            self.leaves_nothing(part_frames)
+        let mut replay = std::mem::take(&mut self.moved_replay_next);
+        replay.clear();
+        let (self_contained, leaves_nothing, snapshot) = if tx.movable {
+            let b = self.leaves_nothing(part_frames, &mut replay);
+            (b.self_contained, b.leaves_nothing, b.snapshot)
         } else {
-            (false, false)
+            (false, false, false)
         };
+        self.moved_replay_next = replay;
         let movable = tx.movable
             && self_contained
             && self.tx == b'T'
@@ -1922,7 +1982,7 @@ impl Session {
         if let Some(t) = self.replica_tx.as_mut() {
             t.each_statement = each_statement;
             t.movable_after = movable_after;
-            t.ran_after = tx.ran || runs;
+            t.ran_after = tx.ran || snapshot;
             t.rerunnable = movable && matches!(last, b'S' | b'Q');
         }
         // (A failed transaction's statements fail whatever the replica has replayed.)
@@ -1938,7 +1998,7 @@ impl Session {
                 .replica_catches_up(tx.replica, lsn, self.staleness, limit)
                 .await;
             if !caught_up && movable {
-                return Ok(ReplicaStep::Move);
+                return Ok(ReplicaStep::Move("it fell behind"));
             }
             if !caught_up && !self.shard.replicas[tx.replica].in_rotation() {
                 // Failed or unreachable (its poller says so): the transaction is as good as
@@ -1966,42 +2026,62 @@ impl Session {
     /// What running `frames` in a movable transaction (see `ReplicaTx::movable`) relies on
     /// and leaves: whether they use no portal bound before them (so they can run in a new
     /// transaction), and whether they leave the transaction movable: every Query, and every
-    /// statement a Bind runs, leaves nothing in it (`classify::leaves_nothing_in_transaction`),
+    /// statement a Bind runs, leaves nothing in it but what its text, added to `replay`,
+    /// redoes at the primary (`classify::movable_in_transaction`),
     /// each Bind is into the unnamed portal and run to the end by an Execute of these frames,
     /// and besides those only Parse, Describe, Close, Sync and Flush. (PostgreSQL keeps the
     /// unnamed portal past a Sync inside a transaction block: one a later batch used would
     /// not exist at the primary.)
-    fn leaves_nothing(&self, frames: &[u8]) -> (bool, bool) {
+    fn leaves_nothing(&self, frames: &[u8], replay: &mut String) -> InTransaction {
+        let not_self_contained = InTransaction {
+            self_contained: false,
+            leaves_nothing: false,
+            snapshot: false,
+        };
         // Statements parsed earlier in these frames (more than this: not movable).
         let mut parsed: [(&str, &str); 8] = [("", ""); 8];
         let mut n_parsed = 0;
-        let (mut bound, mut unexecuted, mut leaves) = (false, false, true);
+        let (mut bound, mut unexecuted, mut leaves, mut snapshot) = (false, false, true, false);
+        // What the statement bound last adds to `replay` once an Execute runs it.
+        let mut bound_replay = String::new();
         let mut rest = frames;
         while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
             rest = &rest[len..];
             let ok = match FrontendMessage::parse(frame) {
-                Ok(FrontendMessage::Query { sql }) => leaves_nothing_in_transaction(sql),
-                Ok(FrontendMessage::Parse { name, sql, .. }) if n_parsed < parsed.len() => {
-                    parsed[n_parsed] = (name, sql);
-                    n_parsed += 1;
-                    true
+                Ok(FrontendMessage::Query { sql }) => {
+                    snapshot |= takes_snapshot(sql);
+                    movable_in_transaction(sql, replay)
+                }
+                Ok(FrontendMessage::Parse { name, sql, .. }) => {
+                    // (PostgreSQL's parse analysis of a query takes a snapshot too.)
+                    snapshot |= takes_snapshot(sql);
+                    let fits = n_parsed < parsed.len();
+                    if fits {
+                        parsed[n_parsed] = (name, sql);
+                        n_parsed += 1;
+                    }
+                    fits
                 }
                 Ok(FrontendMessage::Bind(bind)) => {
                     (bound, unexecuted) = (true, true);
+                    bound_replay.clear();
+                    let sql = parsed[..n_parsed]
+                        .iter()
+                        .rev()
+                        .find(|(n, _)| *n == bind.statement)
+                        .map(|p| p.1)
+                        .or_else(|| self.statements.get(bind.statement).map(|s| &*s.sql));
+                    snapshot |= sql.is_none_or(takes_snapshot);
                     bind.portal.is_empty()
-                        && parsed[..n_parsed]
-                            .iter()
-                            .rev()
-                            .find(|(n, _)| *n == bind.statement)
-                            .map(|p| p.1)
-                            .or_else(|| self.statements.get(bind.statement).map(|s| &*s.sql))
-                            .is_some_and(leaves_nothing_in_transaction)
+                        && sql.is_some_and(|sql| movable_in_transaction(sql, &mut bound_replay))
                 }
                 Ok(FrontendMessage::Execute { max_rows, .. }) => {
                     if !bound {
-                        return (false, false);
+                        return not_self_contained;
                     }
                     unexecuted = false;
+                    replay.push_str(&bound_replay);
+                    bound_replay.clear();
                     max_rows == 0
                 }
                 Ok(FrontendMessage::Describe {
@@ -2009,7 +2089,7 @@ impl Session {
                     ..
                 }) => {
                     if !bound {
-                        return (false, false);
+                        return not_self_contained;
                     }
                     true
                 }
@@ -2019,19 +2099,26 @@ impl Session {
                     | FrontendMessage::Sync
                     | FrontendMessage::Flush,
                 ) => true,
-                _ => false,
+                _ => {
+                    snapshot = true;
+                    false
+                }
             };
             // (Read on: a later message may still use a portal bound before these frames.)
             leaves &= ok;
         }
-        (true, leaves && !unexecuted)
+        InTransaction {
+            self_contained: true,
+            leaves_nothing: leaves && !unexecuted,
+            snapshot,
+        }
     }
 
     /// The session's movable read-only transaction (`ReplicaTx::movable`) leaves its replica,
     /// which fell behind or failed: the replica's connection (if it is still there) rolls the
     /// transaction back and goes back to the pool, on a task of its own; the transaction goes
-    /// on at the primary, where the next batch to run begins it again ([`BEGIN_MOVED`], in
-    /// the same write: `run_batch`). The client sees nothing but the new host's answers
+    /// on at the primary, where the next batch to run begins it again ([`BEGIN_MOVED`] and
+    /// `moved_replay`, in the same write: `run_batch`). The client sees nothing but the new host's answers
     /// (`now()` and the backend differ, as they may at any pooler's transaction boundary).
     fn move_replica_tx(&mut self, why: &str) {
         let Some(tx) = self.replica_tx.take() else {
@@ -2048,11 +2135,13 @@ impl Session {
             let tidy = std::mem::take(&mut self.untidied);
             tidy_and_release(self.shard.clone(), server, true, tidy);
         }
-        self.begin_again = Some(if tx.ran {
-            BEGIN_MOVED_AFTER_READS
-        } else {
-            BEGIN_MOVED
-        });
+        let mut begin = String::from(BEGIN_MOVED);
+        begin.push_str(&self.moved_replay);
+        if tx.ran {
+            begin.push_str(AFTER_READS);
+        }
+        self.moved_replay.clear();
+        self.begin_again = Some(begin);
     }
 
     /// How much of `frames` may run in a read-only transaction on a replica: up to the end
@@ -2061,7 +2150,9 @@ impl Session {
     /// would run unchecked (a write there fails, a read may be stale). `None` if the part
     /// has what such a transaction cannot run: a Query that ends the transaction and goes on
     /// (`COMMIT; INSERT …` in one Query: it cannot be split), or a statement that pins the
-    /// session (its connection would then be kept, and the replica serve later writes).
+    /// session (its connection would then be kept, and the replica serve later writes; a
+    /// session SET once the block has a savepoint is one). A movable transaction then moves
+    /// to the primary, where it can run them (`continue_replica_tx`).
     /// `begin`: the first message is the BEGIN that opens the transaction.
     fn replica_tx_cut(&self, frames: &[u8], begin: bool) -> Option<usize> {
         // Statements parsed earlier in this part: (name, controls the transaction). A batch
@@ -2072,6 +2163,7 @@ impl Session {
         // Already over (an error left the server skipping to a Sync the client had not sent):
         // that Sync ends it.
         let mut pending_end = !begin && self.tx == b'I';
+        let mut savepoint = self.savepoint_in_tx;
         let mut ended = false;
         let mut first = begin;
         let mut offset = 0;
@@ -2085,7 +2177,10 @@ impl Session {
             offset += len;
             match FrontendMessage::parse(frame) {
                 Ok(FrontendMessage::Query { sql }) => {
-                    if classify(sql).pins {
+                    let fx = classify(sql);
+                    // A session SET once the block has a savepoint pins too (`note_effects`).
+                    savepoint |= fx.savepoint;
+                    if fx.pins || (savepoint && !fx.sets.is_empty()) {
                         return None;
                     }
                     match tx_end(sql, first) {
@@ -2227,7 +2322,7 @@ impl Session {
         }
         if let Some(begin) = begin_again {
             // A read-only transaction moved here from a replica (`move_replica_tx`).
-            frontend::encode_query(&mut self.to_send, begin);
+            frontend::encode_query(&mut self.to_send, &begin);
             self.push(Kind::Query, false, Done::Moved);
             self.forget_unnamed_upstream();
             self.must_answer = self.expect.len();
