@@ -218,6 +218,50 @@ async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() 
     assert_eq!(show(&through, "application_name").await, "O'Brien");
 }
 
+/// `BEGIN; SET a; SAVEPOINT s; [SET a again;] ROLLBACK TO s; COMMIT` keeps the first value, as
+/// at PostgreSQL, with the savepoint statements sent as Queries or over the extended protocol
+/// (pgjdbc's `setSavepoint` and `autosave` send them so). ROLLBACK TO's tag is `ROLLBACK`,
+/// which marked the transaction rolled back: before, the commit then dropped every SET of it
+/// from what the session replays, and the next statement ran with the server's default.
+/// Now the session keeps its connection, which has the settings PostgreSQL kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_before_a_savepoint_outlives_rollback_to() {
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "2");
+    let at_pg = direct(&pg).await;
+    for extended in [false, true] {
+        for again in [false, true] {
+            let through = connect(&rw).await;
+            for client in [&at_pg, &through] {
+                client
+                    .batch_execute("begin; set work_mem = '5MB'")
+                    .await
+                    .unwrap();
+                let mut statements = vec!["savepoint s", "rollback to savepoint s"];
+                if again {
+                    statements.insert(1, "set work_mem = '6MB'");
+                }
+                for sql in statements {
+                    if extended && !sql.starts_with("set") {
+                        client.execute(sql, &[]).await.unwrap();
+                    } else {
+                        client.batch_execute(sql).await.unwrap();
+                    }
+                }
+                client.batch_execute("commit").await.unwrap();
+            }
+            let case = format!("extended: {extended}, set after the savepoint: {again}");
+            assert_eq!(show(&at_pg, "work_mem").await, "5MB", "{case}");
+            for _ in 0..3 {
+                assert_eq!(show(&through, "work_mem").await, "5MB", "{case}");
+            }
+            at_pg.batch_execute("reset work_mem").await.unwrap();
+        }
+    }
+    let other = connect(&rw).await;
+    assert_ne!(show(&other, "work_mem").await, "5MB");
+}
+
 /// A `DO` block that SETs runs code ringwire does not follow: it pins its client, which keeps
 /// the setting as at PostgreSQL, and the next client on the pool's one connection never
 /// inherits it. Before, the connection went back to the pool holding the block's

@@ -122,6 +122,9 @@ pub struct ClientStatement {
     /// May run code stored upstream ([`runs_user_code`]): a Bind of it makes the
     /// connection's settings unknown when the connection goes back.
     user_code: bool,
+    /// SAVEPOINT / ROLLBACK TO / RELEASE (pgjdbc's `setSavepoint` and `autosave` send them
+    /// so): a Bind of it marks the block as having one (`Session::savepoint_in_tx`).
+    savepoint: bool,
 }
 
 impl ClientStatement {
@@ -364,6 +367,11 @@ pub struct Session {
     pending_sets: Vec<SetChange>,
     /// The transaction failed or was rolled back: drop `pending_sets` at its end.
     tx_rolled_back: bool,
+    /// A `COMMIT` tag came back in the open transaction: with `tx_rolled_back` and a
+    /// savepoint, a ROLLBACK TO undid some of its SETs (`end_of_transaction`).
+    tx_committed: bool,
+    /// A SAVEPOINT, ROLLBACK TO or RELEASE ran in the open transaction (in a Query, or a
+    /// Bind of one): a session SET after it pins the session (`note_effects`).
     savepoint_in_tx: bool,
     /// The session holds state only its connection has: never give the connection back.
     pinned: bool,
@@ -722,6 +730,7 @@ impl Session {
             settings,
             pending_sets: Vec::new(),
             tx_rolled_back: false,
+            tx_committed: false,
             savepoint_in_tx: false,
             pinned,
             ran_user_code: false,
@@ -2629,6 +2638,7 @@ impl Session {
                         .then(|| autocommit_shape(sql))
                         .flatten(),
                     user_code: !self.shard.trust_functions && runs_user_code(sql),
+                    savepoint: fx.savepoint,
                 });
                 self.statements.insert(name.into(), stmt.clone());
                 let server = self.server.as_ref().expect("held while translating");
@@ -2658,6 +2668,8 @@ impl Session {
                 self.ensure_prepared(&stmt);
                 self.ran_user_code |= stmt.user_code;
                 self.untidied |= stmt.user_code;
+                // (A SET after it in the block pins the session: `note_effects`.)
+                self.savepoint_in_tx |= stmt.savepoint;
                 if !self.shard.replicas.is_empty() || self.untidied {
                     self.note_route(stmt.route());
                 } else {
@@ -2924,6 +2936,21 @@ impl Session {
                 // next batch replays.
                 server.settings = if reset_all { 0 } else { self.settings };
             }
+        } else if !changes.is_empty()
+            && self.tx_committed
+            && self.savepoint_in_tx
+            && self
+                .server
+                .as_ref()
+                .is_some_and(|s| s.host == Host::Primary)
+        {
+            // Committed, and a ROLLBACK TO marked it rolled back (its tag is `ROLLBACK`): it
+            // undid the SETs after its savepoint, not those before. Which ones stuck is not
+            // tracked; the connection has them, so the session keeps it, settings and all
+            // (its fingerprint stays what it was, so nothing is replayed over them). (On a
+            // replica connection, which is never kept past its transaction, they are dropped
+            // as below.)
+            self.pinned = true;
         } else if !changes.is_empty() {
             // Dropped as rolled back. (A COMMIT earlier in the same Query settled the SETs
             // before it where it answered: `query_statement_done`.) In case the scan missed
@@ -2941,6 +2968,7 @@ impl Session {
     fn forget_transaction_state(&mut self) {
         self.pending_sets.clear();
         self.tx_rolled_back = false;
+        self.tx_committed = false;
         self.savepoint_in_tx = false;
     }
 
@@ -3324,6 +3352,9 @@ impl Session {
         };
         if tag == b'C' && raw.get(5..) == Some(b"ROLLBACK\0") {
             self.tx_rolled_back = true;
+        }
+        if tag == b'C' && raw.get(5..) == Some(b"COMMIT\0") {
+            self.tx_committed = true;
         }
         let tx_ended = match raw.get(5..) {
             Some(b"COMMIT\0") if tag == b'C' => Some(true),
