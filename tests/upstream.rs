@@ -223,7 +223,8 @@ async fn a_rolled_back_set_never_leaks_and_a_committed_one_follows_its_client() 
 /// (pgjdbc's `setSavepoint` and `autosave` send them so). ROLLBACK TO's tag is `ROLLBACK`,
 /// which marked the transaction rolled back: before, the commit then dropped every SET of it
 /// from what the session replays, and the next statement ran with the server's default.
-/// Now the session keeps its connection, which has the settings PostgreSQL kept.
+/// Now the session keeps its connection, which has the settings PostgreSQL kept (and a later
+/// rolled-back SET does not make it replay over them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_before_a_savepoint_outlives_rollback_to() {
     let pg = Postgres::start();
@@ -249,6 +250,11 @@ async fn a_set_before_a_savepoint_outlives_rollback_to() {
                     }
                 }
                 client.batch_execute("commit").await.unwrap();
+                // A later transaction whose SET rolls back changes nothing of that.
+                client
+                    .batch_execute("begin; set statement_timeout = '1s'; rollback")
+                    .await
+                    .unwrap();
             }
             let case = format!("extended: {extended}, set after the savepoint: {again}");
             assert_eq!(show(&at_pg, "work_mem").await, "5MB", "{case}");

@@ -2164,10 +2164,11 @@ impl Session {
     /// to the primary, where it can run them (`continue_replica_tx`).
     /// `begin`: the first message is the BEGIN that opens the transaction.
     fn replica_tx_cut(&self, frames: &[u8], begin: bool) -> Option<usize> {
-        // Statements parsed earlier in this part: (name, controls the transaction). A batch
+        // Statements parsed earlier in this part: (name, controls the transaction, a
+        // savepoint statement). A batch
         // with more Parses than this ends the transaction with the 0A000 below (pgx batches of
         // up to 64 new statements fit).
-        let mut parsed: [(&str, bool); 64] = [("", false); 64];
+        let mut parsed: [(&str, bool, bool); 64] = [("", false, false); 64];
         let mut n_parsed = 0;
         // Already over (an error left the server skipping to a Sync the client had not sent):
         // that Sync ends it.
@@ -2207,22 +2208,24 @@ impl Session {
                         return None;
                     }
                     let control = !first && tx_end(sql, false) != TxEnd::No;
-                    parsed[n_parsed] = (name, control);
+                    parsed[n_parsed] = (name, control, fx.savepoint);
                     n_parsed += 1;
                 }
                 Ok(FrontendMessage::Bind(bind)) => {
-                    let control = parsed[..n_parsed]
+                    let (control, bound_savepoint) = parsed[..n_parsed]
                         .iter()
                         .rev()
-                        .find(|(n, _)| *n == bind.statement)
-                        .map(|p| p.1)
+                        .find(|(n, ..)| *n == bind.statement)
+                        .map(|p| (p.1, p.2))
                         .or_else(|| {
                             self.statements
                                 .get(bind.statement)
-                                .map(|s| s.route().tx != TxControl::None)
+                                .map(|s| (s.route().tx != TxControl::None, s.savepoint))
                         })
-                        .unwrap_or(false);
+                        .unwrap_or((false, false));
                     pending_end |= control;
+                    // (A Bind of a savepoint statement counts as one in a Query: `run_batch`.)
+                    savepoint |= bound_savepoint;
                 }
                 Ok(FrontendMessage::Sync) => {
                     ended |= pending_end;
@@ -2939,6 +2942,9 @@ impl Session {
         } else if !changes.is_empty()
             && self.tx_committed
             && self.savepoint_in_tx
+            // (Whether a RESET ALL stuck, and so whether the client's startup values must be
+            // replayed, is not known either: dropped as below.)
+            && !changes.contains(&SetChange::ResetAll)
             && self
                 .server
                 .as_ref()
@@ -2955,8 +2961,11 @@ impl Session {
             // Dropped as rolled back. (A COMMIT earlier in the same Query settled the SETs
             // before it where it answered: `query_statement_done`.) In case the scan missed
             // one that made some stick upstream, the connection's settings are not known, so
-            // whoever uses it next replays (0 would pass for "no settings").
-            if let Some(server) = self.server.as_mut() {
+            // whoever uses it next replays (0 would pass for "no settings"). Not a pinned
+            // session's: its connection is its own and has the settings PostgreSQL kept,
+            // some of which `sets` may lack (a pin above, a SET in a prepared statement), so
+            // a replay would undo them.
+            if let Some(server) = self.server.as_mut().filter(|_| !self.pinned) {
                 server.settings = SETTINGS_UNKNOWN;
             }
         }
