@@ -194,6 +194,7 @@ struct ReplicaTx {
 }
 
 /// What a batch of a movable transaction relies on and leaves (`Session::leaves_nothing`).
+#[derive(Clone, Copy)]
 struct InTransaction {
     /// It uses no portal bound before it, so it can run in a new transaction.
     self_contained: bool,
@@ -1224,18 +1225,14 @@ impl Session {
                         let server = self.server.as_ref().expect("taken");
                         let movable = each_statement
                             && read_committed.unwrap_or(server.read_committed_default);
-                        let mut replay = std::mem::take(&mut self.moved_replay_next);
-                        replay.clear();
                         // (What a long transaction left is not kept for the session's life.)
-                        replay.shrink_to(MOVED_REPLAY_KEPT);
-                        // (Read only where the transaction may move: else neither matters.)
-                        let batch =
-                            movable.then(|| self.leaves_nothing(&frames[..part], &mut replay));
-                        let movable_after = batch.as_ref().is_some_and(|b| b.leaves_nothing);
+                        for replay in [&mut self.moved_replay, &mut self.moved_replay_next] {
+                            replay.clear();
+                            replay.shrink_to(MOVED_REPLAY_KEPT);
+                        }
+                        let batch = self.scan_for_move(&frames[..part], movable);
+                        let movable_after = batch.is_some_and(|b| b.leaves_nothing);
                         let ran_after = batch.is_some_and(|b| b.snapshot);
-                        self.moved_replay_next = replay;
-                        self.moved_replay.clear();
-                        self.moved_replay.shrink_to(MOVED_REPLAY_KEPT);
                         self.replica_tx = Some(ReplicaTx {
                             replica: i,
                             each_statement,
@@ -1973,25 +1970,16 @@ impl Session {
         // replies awaited, no extended-protocol work open, not failed (the client must roll it
         // back: moved, it would work again).
         // (Not read once the transaction is not movable: it never becomes so again.)
-        let mut replay = std::mem::take(&mut self.moved_replay_next);
-        replay.clear();
-        let (self_contained, leaves_nothing, snapshot) = if tx.movable {
-            let b = self.leaves_nothing(part_frames, &mut replay);
-            (b.self_contained, b.leaves_nothing, b.snapshot)
-        } else {
-            (false, false, false)
-        };
-        self.moved_replay_next = replay;
-        let movable = tx.movable
-            && self_contained
+        let batch = self.scan_for_move(part_frames, tx.movable);
+        let movable = batch.is_some_and(|b| b.self_contained)
             && self.tx == b'T'
             && !self.unsynced
             && self.expect.is_empty();
-        let movable_after = movable && leaves_nothing;
+        let movable_after = movable && batch.is_some_and(|b| b.leaves_nothing);
         if let Some(t) = self.replica_tx.as_mut() {
             t.each_statement = each_statement;
             t.movable_after = movable_after;
-            t.ran_after = tx.ran || snapshot;
+            t.ran_after = tx.ran || batch.is_some_and(|b| b.snapshot);
             t.rerunnable = movable && matches!(last, b'S' | b'Q');
         }
         // (A failed transaction's statements fail whatever the replica has replayed.)
@@ -2030,6 +2018,18 @@ impl Session {
             }
         }
         Ok(ReplicaStep::Run(part))
+    }
+
+    /// [`Session::leaves_nothing`] of a batch of the session's replica transaction if it is
+    /// `movable` (else neither result matters: `None`), its replay text in
+    /// `moved_replay_next` (added to `moved_replay` once the batch leaves the transaction
+    /// movable: `relay_part`).
+    fn scan_for_move(&mut self, frames: &[u8], movable: bool) -> Option<InTransaction> {
+        let mut replay = std::mem::take(&mut self.moved_replay_next);
+        replay.clear();
+        let batch = movable.then(|| self.leaves_nothing(frames, &mut replay));
+        self.moved_replay_next = replay;
+        batch
     }
 
     /// What running `frames` in a movable transaction (see `ReplicaTx::movable`) relies on
@@ -2074,12 +2074,8 @@ impl Session {
                 Ok(FrontendMessage::Bind(bind)) => {
                     (bound, unexecuted) = (true, true);
                     bound_replay.clear();
-                    let sql = parsed[..n_parsed]
-                        .iter()
-                        .rev()
-                        .find(|(n, _)| *n == bind.statement)
-                        .map(|p| p.1)
-                        .or_else(|| self.statements.get(bind.statement).map(|s| &*s.sql));
+                    let sql =
+                        self.named_statement(&parsed[..n_parsed], bind.statement, |s| &*s.sql);
                     snapshot |= sql.is_none_or(takes_snapshot);
                     bind.portal.is_empty()
                         && sql.is_some_and(|sql| movable_in_transaction(sql, &mut bound_replay))
@@ -2168,7 +2164,7 @@ impl Session {
         // savepoint statement). A batch
         // with more Parses than this ends the transaction with the 0A000 below (pgx batches of
         // up to 64 new statements fit).
-        let mut parsed: [(&str, bool, bool); 64] = [("", false, false); 64];
+        let mut parsed: [(&str, (bool, bool)); 64] = [("", (false, false)); 64];
         let mut n_parsed = 0;
         // Already over (an error left the server skipping to a Sync the client had not sent):
         // that Sync ends it.
@@ -2208,19 +2204,13 @@ impl Session {
                         return None;
                     }
                     let control = !first && tx_end(sql, false) != TxEnd::No;
-                    parsed[n_parsed] = (name, control, fx.savepoint);
+                    parsed[n_parsed] = (name, (control, fx.savepoint));
                     n_parsed += 1;
                 }
                 Ok(FrontendMessage::Bind(bind)) => {
-                    let (control, bound_savepoint) = parsed[..n_parsed]
-                        .iter()
-                        .rev()
-                        .find(|(n, ..)| *n == bind.statement)
-                        .map(|p| (p.1, p.2))
-                        .or_else(|| {
-                            self.statements
-                                .get(bind.statement)
-                                .map(|s| (s.route().tx != TxControl::None, s.savepoint))
+                    let (control, bound_savepoint) = self
+                        .named_statement(&parsed[..n_parsed], bind.statement, |s| {
+                            (s.route().tx != TxControl::None, s.savepoint)
                         })
                         .unwrap_or((false, false));
                     pending_end |= control;
@@ -2252,6 +2242,24 @@ impl Session {
         self.fail_locally(frames, out, err);
     }
 
+    /// What `of_session` says of the statement a Bind or Describe names: what `parsed` (the
+    /// statements Parsed earlier in the same frames, by name, the last one winning) holds for
+    /// it, else what the session's prepared statement of that name gives; `None` if neither
+    /// has it.
+    fn named_statement<'a, T: Copy + 'a>(
+        &'a self,
+        parsed: &[(&str, T)],
+        name: &str,
+        of_session: impl FnOnce(&'a ClientStatement) -> T,
+    ) -> Option<T> {
+        parsed
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .map(|p| p.1)
+            .or_else(|| self.statements.get(name).map(|s| of_session(s)))
+    }
+
     /// Every message of the batch is part of a read-only autocommit statement, and the batch
     /// ends with Sync or Query (so the connection goes back at its end).
     fn batch_reads_only(&self, frames: &[u8]) -> bool {
@@ -2260,12 +2268,7 @@ impl Session {
         let mut parsed: [(&str, bool); 8] = [("", false); 8];
         let mut n_parsed = 0;
         let lookup = |parsed: &[(&str, bool)], name: &str| {
-            parsed
-                .iter()
-                .rev()
-                .find(|(n, _)| *n == name)
-                .map(|p| p.1)
-                .or_else(|| self.statements.get(name).map(|s| s.route().read_only))
+            self.named_statement(parsed, name, |s| s.route().read_only)
                 .unwrap_or(false)
         };
         let mut last = 0;
