@@ -268,6 +268,104 @@ async fn a_set_before_a_savepoint_outlives_rollback_to() {
     assert_ne!(show(&other, "work_mem").await, "5MB");
 }
 
+/// A `SET` sent as a prepared statement (pgjdbc's `Statement.execute`, pgx, Npgsql and
+/// tokio-postgres's `execute` send every statement so, and Hikari's `connectionInitSql`
+/// runs one on each connection) is recorded when its Execute completes, as a Query's SET is:
+/// it follows its client to whatever connection it runs on next, never reaches another
+/// client, and rolls back with its transaction, as at PostgreSQL (each step is compared with
+/// PostgreSQL directly). Before, it pinned the session to its upstream connection for good:
+/// with a pool of one, every other client then waited for a connection until it failed
+/// with 53300.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_sent_as_a_prepared_statement_follows_its_client_and_pins_nothing() {
+    let pg = Postgres::start();
+    // One upstream connection, and a short wait for it: a pinned session would hold it.
+    let rw = start_with(&pg, "1", "1", &["--upstream-wait-timeout-secs", "2"]);
+    let at_pg = direct(&pg).await;
+    let through = connect(&rw).await;
+    let other = connect(&rw).await;
+    let default = show(&other, "work_mem").await;
+    let steps: &[(&[&str], &str)] = &[
+        // Autocommit, unnamed statement.
+        (&["set work_mem = '5MB'"], "5MB"),
+        (&["reset work_mem"], "4MB"),
+        // In a transaction that rolls back: undone.
+        (&["set work_mem = '6MB'"], "6MB"),
+        (&["begin", "set work_mem = '7MB'", "rollback"], "6MB"),
+        // In one that commits, with COMMIT prepared while the SET is pending (pgjdbc's).
+        (&["begin", "set work_mem = '8MB'", "commit"], "8MB"),
+        // A failed transaction's SET is rolled back too.
+        (&["begin", "set work_mem = '9MB'", "select 1/0"], "8MB"),
+        // Undone by ROLLBACK TO, kept when before the savepoint (the session keeps its
+        // connection from here: a SET after a savepoint pins it).
+        (
+            &[
+                "begin",
+                "set work_mem = '10MB'",
+                "savepoint s",
+                "set work_mem = '11MB'",
+                "rollback to savepoint s",
+                "commit",
+            ],
+            "10MB",
+        ),
+    ];
+    // A named statement, run again after the setting changed.
+    let set = through
+        .prepare("set statement_timeout = '77s'")
+        .await
+        .unwrap();
+    through.execute(&set, &[]).await.unwrap();
+    through
+        .batch_execute("set statement_timeout = '1s'")
+        .await
+        .unwrap();
+    through.execute(&set, &[]).await.unwrap();
+    assert_ne!(show(&other, "statement_timeout").await, "77s");
+    assert_eq!(show(&through, "statement_timeout").await, "77s");
+    // A statement prepared after a SET its transaction has not committed yet is analysed
+    // under that setting (a typed literal is read by DateStyle then): its upstream statement
+    // is the one for those settings, never handed to a client with others. (Before, the
+    // session was pinned here.)
+    let date = "select '01/02/2003'::date::text";
+    // (A client with the same settings as `other` until then.)
+    let fresh = connect(&rw).await;
+    for client in [&at_pg, &fresh] {
+        client
+            .batch_execute("begin; set datestyle = 'ISO, DMY'")
+            .await
+            .unwrap();
+        let dmy = client.prepare(date).await.unwrap();
+        let got: String = client.query_one(&dmy, &[]).await.unwrap().get(0);
+        assert_eq!(got, "2003-02-01");
+        client
+            .batch_execute("commit; reset datestyle")
+            .await
+            .unwrap();
+    }
+    let mdy = other.prepare(date).await.unwrap();
+    let got: String = other.query_one(&mdy, &[]).await.unwrap().get(0);
+    assert_eq!(got, "2003-01-02");
+    for (i, (statements, expected)) in steps.iter().enumerate() {
+        for client in [&at_pg, &through] {
+            for sql in *statements {
+                if client.execute(*sql, &[]).await.is_err() {
+                    client.batch_execute("rollback").await.unwrap();
+                }
+            }
+            assert_eq!(show(client, "work_mem").await, *expected, "step {i}");
+        }
+        if i < steps.len() - 1 {
+            // Unpinned: the other client gets the one connection at once, with its own
+            // settings; then `through` gets it back with its own.
+            let started = Instant::now();
+            assert_eq!(show(&other, "work_mem").await, default, "step {i}");
+            assert!(started.elapsed() < Duration::from_secs(1), "step {i}");
+            assert_eq!(show(&through, "work_mem").await, *expected, "step {i}");
+        }
+    }
+}
+
 /// A `DO` block that SETs runs code ringwire does not follow: it pins its client, which keeps
 /// the setting as at PostgreSQL, and the next client on the pool's one connection never
 /// inherits it. Before, the connection went back to the pool holding the block's

@@ -125,6 +125,10 @@ pub struct ClientStatement {
     /// SAVEPOINT / ROLLBACK TO / RELEASE (pgjdbc's `setSavepoint` and `autosave` send them
     /// so): a Bind of it marks the block as having one (`Session::savepoint_in_tx`).
     savepoint: bool,
+    /// The session setting a `SET` or `RESET` statement changes (pgjdbc, pgx and Npgsql send
+    /// every statement so): pending once an Execute of it completes, as a Query's SET is
+    /// (`Session::portal_sets`).
+    set: Option<SetChange>,
 }
 
 impl ClientStatement {
@@ -298,6 +302,9 @@ enum Done {
     /// The BEGIN of a read-only transaction moved from a replica (`move_replica_tx`). Its
     /// error, unlikely as it is (a cancel landing on it), reaches the client as an error.
     Moved,
+    /// An Execute of a client statement that changes this setting: pending once it
+    /// completes ([`ClientStatement::set`]).
+    Set(SetChange),
 }
 
 /// What a client Query does to the session's settings, as its replies come.
@@ -374,6 +381,10 @@ pub struct Session {
     /// A SAVEPOINT, ROLLBACK TO or RELEASE ran in the open transaction (in a Query, or a
     /// Bind of one): a session SET after it pins the session (`note_effects`).
     savepoint_in_tx: bool,
+    /// Portals bound to a client statement that changes a setting ([`ClientStatement::set`]),
+    /// by name: an Execute of one records the change when it completes. Portals end with
+    /// their transaction, and so do these.
+    portal_sets: Vec<(Box<str>, SetChange)>,
     /// The session holds state only its connection has: never give the connection back.
     pinned: bool,
     /// The open transaction (or the batch's implicit one) ran code stored upstream that may
@@ -479,6 +490,23 @@ fn fingerprint(startup: &[(String, String)], sets: &[(String, String)]) -> u64 {
     startup.hash(&mut h);
     sets.hash(&mut h);
     h.finish() | 1
+}
+
+/// `changes`, in order, applied to the committed SETs `sets` (by lower-cased name).
+fn apply_set_changes(
+    sets: &mut Vec<(String, String)>,
+    changes: impl IntoIterator<Item = SetChange>,
+) {
+    for change in changes {
+        match change {
+            SetChange::Set(name, stmt) => {
+                sets.retain(|(n, _)| *n != name);
+                sets.push((name, stmt));
+            }
+            SetChange::Reset(name) => sets.retain(|(n, _)| *n != name),
+            SetChange::ResetAll => sets.clear(),
+        }
+    }
 }
 
 /// `v` as a string literal that reads the same whatever `standard_conforming_strings` is (a
@@ -733,6 +761,7 @@ impl Session {
             tx_rolled_back: false,
             tx_committed: false,
             savepoint_in_tx: false,
+            portal_sets: Vec::new(),
             pinned,
             ran_user_code: false,
             untidied: false,
@@ -2161,10 +2190,10 @@ impl Session {
     /// `begin`: the first message is the BEGIN that opens the transaction.
     fn replica_tx_cut(&self, frames: &[u8], begin: bool) -> Option<usize> {
         // Statements parsed earlier in this part: (name, controls the transaction, a
-        // savepoint statement). A batch
+        // savepoint statement, a SET statement). A batch
         // with more Parses than this ends the transaction with the 0A000 below (pgx batches of
         // up to 64 new statements fit).
-        let mut parsed: [(&str, (bool, bool)); 64] = [("", (false, false)); 64];
+        let mut parsed: [(&str, (bool, bool, bool)); 64] = [("", (false, false, false)); 64];
         let mut n_parsed = 0;
         // Already over (an error left the server skipping to a Sync the client had not sent):
         // that Sync ends it.
@@ -2204,18 +2233,26 @@ impl Session {
                         return None;
                     }
                     let control = !first && tx_end(sql, false) != TxEnd::No;
-                    parsed[n_parsed] = (name, (control, fx.savepoint));
+                    // (A SET statement parsed here ended the cut above.)
+                    parsed[n_parsed] = (name, (control, fx.savepoint, false));
                     n_parsed += 1;
                 }
                 Ok(FrontendMessage::Bind(bind)) => {
-                    let (control, bound_savepoint) = self
+                    let (control, bound_savepoint, sets) = self
                         .named_statement(&parsed[..n_parsed], bind.statement, |s| {
-                            (s.route().tx != TxControl::None, s.savepoint)
+                            (
+                                s.route().tx != TxControl::None,
+                                s.savepoint,
+                                s.set.is_some(),
+                            )
                         })
-                        .unwrap_or((false, false));
+                        .unwrap_or((false, false, false));
                     pending_end |= control;
                     // (A Bind of a savepoint statement counts as one in a Query: `run_batch`.)
                     savepoint |= bound_savepoint;
+                    if savepoint && sets {
+                        return None;
+                    }
                 }
                 Ok(FrontendMessage::Sync) => {
                     ended |= pending_end;
@@ -2621,8 +2658,15 @@ impl Session {
                     return Ok(());
                 }
                 let fx = classify(sql);
-                if fx.pins || !fx.sets.is_empty() || !self.pending_sets.is_empty() {
-                    // Rare in prepared statements; not worth replaying.
+                // (PostgreSQL prepares one statement per Parse: the SET, if any, is its own.)
+                let set = match &fx.sets[..] {
+                    [set] => Some(set.clone()),
+                    _ => None,
+                };
+                let analysed_under = self.parse_settings();
+                if fx.pins || fx.sets.len() > 1 || analysed_under.is_none() {
+                    // (Where the statement's settings are not known, it must never serve
+                    // another client on this connection.)
                     self.pinned = true;
                 }
                 let types: Box<[u8]> = param_types.iter().flat_map(u32::to_be_bytes).collect();
@@ -2630,7 +2674,7 @@ impl Session {
                     self.shard.statement_id(&StatementKey {
                         sql: sql.into(),
                         param_types: types.clone(),
-                        settings: self.settings,
+                        settings: analysed_under.unwrap_or(self.settings),
                     })
                 });
                 let stmt = Rc::new(ClientStatement {
@@ -2645,6 +2689,7 @@ impl Session {
                         .flatten(),
                     user_code: !self.shard.trust_functions && runs_user_code(sql),
                     savepoint: fx.savepoint,
+                    set,
                 });
                 self.statements.insert(name.into(), stmt.clone());
                 let server = self.server.as_ref().expect("held while translating");
@@ -2676,6 +2721,12 @@ impl Session {
                 self.untidied |= stmt.user_code;
                 // (A SET after it in the block pins the session: `note_effects`.)
                 self.savepoint_in_tx |= stmt.savepoint;
+                if !self.portal_sets.is_empty() {
+                    self.portal_sets.retain(|(p, _)| **p != *bind.portal);
+                }
+                if let Some(set) = &stmt.set {
+                    self.portal_sets.push((bind.portal.into(), set.clone()));
+                }
                 if !self.shard.replicas.is_empty() || self.untidied {
                     self.note_route(stmt.route());
                 } else {
@@ -2724,9 +2775,25 @@ impl Session {
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::DescribePortal, true, Done::Nothing);
             }
-            FrontendMessage::Execute { .. } => {
+            FrontendMessage::Execute { portal, .. } => {
+                let set = self
+                    .portal_sets
+                    .iter()
+                    .find(|(p, _)| **p == *portal)
+                    .map(|(_, set)| set.clone());
+                let done = match set {
+                    Some(set) => {
+                        // As a Query's SET (`note_effects`).
+                        self.batch_sets = true;
+                        if self.savepoint_in_tx {
+                            self.pinned = true;
+                        }
+                        Done::Set(set)
+                    }
+                    None => Done::Nothing,
+                };
                 self.to_send.extend_from_slice(raw);
-                self.push(Kind::Execute, true, Done::Nothing);
+                self.push(Kind::Execute, true, done);
             }
             FrontendMessage::Close {
                 target: Target::Statement,
@@ -2922,20 +2989,8 @@ impl Session {
     fn end_of_transaction(&mut self) {
         let changes = std::mem::take(&mut self.pending_sets);
         if !self.tx_rolled_back && !changes.is_empty() {
-            let mut reset_all = false;
-            for change in changes {
-                match change {
-                    SetChange::Set(name, stmt) => {
-                        self.sets.retain(|(n, _)| *n != name);
-                        self.sets.push((name, stmt));
-                    }
-                    SetChange::Reset(name) => self.sets.retain(|(n, _)| *n != name),
-                    SetChange::ResetAll => {
-                        self.sets.clear();
-                        reset_all = true;
-                    }
-                }
-            }
+            let reset_all = changes.contains(&SetChange::ResetAll);
+            apply_set_changes(&mut self.sets, changes);
             self.settings_changed();
             if let Some(server) = self.server.as_mut() {
                 // The server ran them; after RESET ALL it lost the startup values too, so the
@@ -2975,6 +3030,24 @@ impl Session {
         self.forget_transaction_state();
     }
 
+    /// The fingerprint of the settings a statement Parsed now is analysed under (parse
+    /// analysis reads some: `search_path`, `DateStyle` for a typed literal), which its
+    /// upstream statement's key names: the session's, with the SETs its open transaction ran
+    /// (the connection has them, committed or not). `None` where the connection's are not
+    /// known here: a SET earlier in this batch has not answered yet, or a `RESET ALL` among
+    /// the pending ones dropped the startup values the replay had set.
+    fn parse_settings(&self) -> Option<u64> {
+        if self.batch_sets || self.pending_sets.contains(&SetChange::ResetAll) {
+            return None;
+        }
+        if self.pending_sets.is_empty() {
+            return Some(self.settings);
+        }
+        let mut sets = self.sets.clone();
+        apply_set_changes(&mut sets, self.pending_sets.iter().cloned());
+        Some(fingerprint(&self.startup_sets, &sets))
+    }
+
     /// What the session noted of its open transaction (its SETs, whether it failed or rolled
     /// back, a savepoint in it), dropped: the transaction is over, or never happened.
     fn forget_transaction_state(&mut self) {
@@ -2982,6 +3055,7 @@ impl Session {
         self.tx_rolled_back = false;
         self.tx_committed = false;
         self.savepoint_in_tx = false;
+        self.portal_sets.clear();
     }
 
     /// A statement of a client Query completed; `tx_ended`: its tag was `COMMIT` (true) or
@@ -3412,6 +3486,11 @@ impl Session {
                 self.tx_rolled_back = false;
             }
             Done::Query(done) => self.pending_sets.extend(done.sets),
+            Done::Set(set) => {
+                if tag == b'C' {
+                    self.pending_sets.push(set);
+                }
+            }
             Done::Lsn => {
                 self.lsn_outstanding -= 1;
                 match (status, self.lsn_seen.take()) {

@@ -87,6 +87,18 @@ func main() {
 		must(conn.QueryRow(ctx, "select count(*) from drv_pgx where id > $1", id).Scan(&count))
 		fmt.Println("prepared", id, count)
 	}
+	// pgx prepares every statement, a SET too: it stays the session's (and rolls back with
+	// its transaction), whichever pooled connection runs the next one.
+	_, err = conn.Exec(ctx, "set statement_timeout = '55s'")
+	must(err)
+	tx, err = conn.Begin(ctx)
+	must(err)
+	_, err = tx.Exec(ctx, "set statement_timeout = '66s'")
+	must(err)
+	must(tx.Rollback(ctx))
+	var setting string
+	must(conn.QueryRow(ctx, "show statement_timeout").Scan(&setting))
+	fmt.Println("setting", setting)
 	// Common types as parameters and results in pgx's binary formats.
 	var (
 		by   []byte

@@ -81,6 +81,15 @@ public class JdbcStory {
                 }
             }
             System.out.println("metadata " + c.getMetaData().getDatabaseProductName());
+            // pgjdbc sends a SET as an extended-protocol statement: it stays the session's (and
+            // rolls back with its transaction), whichever pooled connection runs the next one.
+            s.execute("set statement_timeout = '55s'");
+            c.setAutoCommit(false);
+            s.execute("set statement_timeout = '66s'");
+            c.rollback();
+            c.setAutoCommit(true);
+            System.out.println("count " + rows(s.executeQuery("select count(*) from drv_jdbc")));
+            System.out.println("setting " + rows(s.executeQuery("show statement_timeout")));
             s.execute("drop table drv_jdbc");
             if (System.getenv("STORY_NO_LISTEN") == null) {
                 // A second connection LISTENs, then waits in getNotifications(timeout): it hears
