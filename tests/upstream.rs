@@ -366,6 +366,84 @@ async fn a_set_sent_as_a_prepared_statement_follows_its_client_and_pins_nothing(
     }
 }
 
+/// What the review of the first version of the above found. A SET whose Bind and Execute
+/// arrive in different writes is recorded (before, the ReadyForQuery of a Query earlier in
+/// the first write dropped what the Bind noted, and the SET reached the next client on the
+/// connection); a statement parsed after a SET that has not answered yet (no Sync after its
+/// Execute) is never handed to a client with other settings; and neither is a statement
+/// re-prepared on another connection after the settings it was parsed under went away (a
+/// rolled-back transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_set_split_across_writes_is_recorded_and_keys_what_follows() {
+    use protocol::frontend::{encode_bind, encode_empty, encode_execute, encode_parse};
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let other = connect(&rw).await;
+    let date = "select '01/02/2003'::date::text";
+    // Bind in one write (behind a Query), Execute in the next.
+    let mut a = raw_login(&rw);
+    let mut first = protocol_query("select 1");
+    encode_parse(&mut first, "", "set work_mem = '77MB'", &[]);
+    encode_bind(&mut first, "", "", &[], &[], &[]);
+    encode_empty(&mut first, b'H');
+    raw_exchange_until(&mut a, &first, b'2', 1);
+    let mut second = Vec::new();
+    encode_execute(&mut second, "", 0);
+    encode_empty(&mut second, b'S');
+    raw_exchange(&mut a, &second, 1);
+    assert_ne!(show(&other, "work_mem").await, "77MB");
+    let shown = raw_exchange(&mut a, &protocol_query("show work_mem"), 1);
+    assert!(shown.contains(&(b'D', Some("77MB".into()))), "{shown:?}");
+    // A SET with no Sync after it, then a Parse in the next write.
+    let mut first = Vec::new();
+    encode_parse(&mut first, "", "set datestyle = 'ISO, DMY'", &[]);
+    encode_bind(&mut first, "", "", &[], &[], &[]);
+    encode_execute(&mut first, "", 0);
+    std::io::Write::write_all(&mut a, &first).unwrap();
+    // (Nothing answers it: a pause, so that ringwire reads the next write apart. Read with
+    // it, the Parse would follow a SET of its own batch, a case that pins as well.)
+    std::thread::sleep(Duration::from_millis(300));
+    let mut second = Vec::new();
+    encode_parse(&mut second, "d", date, &[]);
+    encode_bind(&mut second, "", "d", &[], &[], &[]);
+    encode_execute(&mut second, "", 0);
+    encode_empty(&mut second, b'S');
+    let got = raw_exchange(&mut a, &second, 1);
+    assert!(got.contains(&(b'D', Some("2003-02-01".into()))), "{got:?}");
+    // (Where it was analysed was not known when it was parsed: A kept its connection, which
+    // closes with it.) B logs in as A did, so that only the DateStyle tells them apart.
+    drop(a);
+    let mut b = raw_login(&rw);
+    let mut run = Vec::new();
+    encode_parse(&mut run, "d", date, &[]);
+    encode_bind(&mut run, "", "d", &[], &[], &[]);
+    encode_execute(&mut run, "", 0);
+    encode_empty(&mut run, b'S');
+    let got = raw_exchange(&mut b, &run, 1);
+    assert!(got.contains(&(b'D', Some("2003-01-02".into()))), "{got:?}");
+
+    // Parsed in a transaction that rolls back, then bound on a connection that lacks it.
+    let rw = start(&pg, "1", "2");
+    let a = connect(&rw).await;
+    a.batch_execute("begin; set datestyle = 'ISO, DMY'")
+        .await
+        .unwrap();
+    let parsed = a.prepare(date).await.unwrap();
+    a.batch_execute("rollback").await.unwrap();
+    // The connection A gave back last is held, so A's next statement opens another.
+    let holder = connect(&rw).await;
+    holder.batch_execute("begin").await.unwrap();
+    a.query_one(&parsed, &[]).await.unwrap();
+    // Given back last: C with DMY committed is served there, and its statement must be
+    // analysed under DMY.
+    let c = connect(&rw).await;
+    c.batch_execute("set datestyle = 'ISO, DMY'").await.unwrap();
+    let dmy = c.prepare(date).await.unwrap();
+    let got: String = c.query_one(&dmy, &[]).await.unwrap().get(0);
+    assert_eq!(got, "2003-02-01");
+    holder.batch_execute("commit").await.unwrap();
+}
+
 /// A `DO` block that SETs runs code ringwire does not follow: it pins its client, which keeps
 /// the setting as at PostgreSQL, and the next client on the pool's one connection never
 /// inherits it. Before, the connection went back to the pool holding the block's

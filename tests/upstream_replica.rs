@@ -1573,3 +1573,51 @@ async fn a_session_set_after_a_savepoint_never_pins_a_replica_connection() {
     other.batch_execute("rollback").await.unwrap();
     assert_eq!(row(&other, "show search_path").await, ["\"$user\", public"]);
 }
+
+/// A read-only transaction on a replica whose client SETs and parses a statement in one
+/// write: where the Parse is analysed is not known until the SET answers, so it would pin
+/// the session (`Session::parse_settings`). The part runs on the primary instead (the
+/// transaction moves), and the session is never pinned to its replica connection. On the
+/// build before the fix, the session was pinned there, and at COMMIT the debug build's
+/// assertion stopped the shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parse_after_a_set_in_one_write_never_pins_a_replica_connection() {
+    use common::wire::{frame, logged_in, read_messages, simple_query};
+    use tokio::io::AsyncWriteExt;
+    let primary = Postgres::start();
+    let standby = Postgres::start_standby(&primary);
+    let rw = start(&primary, &standby, "1");
+    let _writer = setup(&rw).await;
+    let reader = connect(&rw).await;
+    until_replica_serves(&reader).await;
+    let mut raw = logged_in(&rw.addr()).await;
+    raw.write_all(&simple_query("begin read only"))
+        .await
+        .unwrap();
+    let reply = read_messages(&mut raw).await;
+    assert_eq!(reply.last().map(|m| m.0), Some(b'Z'), "{reply:?}");
+    let mut batch = simple_query("set work_mem = '5MB'");
+    batch.extend(frame(b'P', b"\0select pg_is_in_recovery()::text\0\0\0"));
+    batch.extend(frame(b'B', b"\0\0\0\0\0\0\0\0"));
+    batch.extend(frame(b'E', b"\0\0\0\0\0"));
+    batch.extend(frame(b'S', b""));
+    raw.write_all(&batch).await.unwrap();
+    let mut tags = Vec::new();
+    for _ in 0..2 {
+        let reply = read_messages(&mut raw).await;
+        assert_eq!(reply.last().map(|m| m.0), Some(b'Z'), "{reply:?}");
+        tags.extend(reply.iter().map(|m| m.0));
+    }
+    assert_eq!(tags, b"CZ12DCZ", "{tags:?}");
+    for sql in ["commit", "show work_mem"] {
+        raw.write_all(&simple_query(sql)).await.unwrap();
+        let reply = read_messages(&mut raw).await;
+        assert_eq!(reply.last().map(|m| m.0), Some(b'Z'), "{sql}: {reply:?}");
+        if sql == "show work_mem" {
+            let row = reply.iter().find(|m| m.0 == b'D').expect("a row");
+            assert!(row.1.ends_with(b"5MB"), "{reply:?}");
+        }
+    }
+    // The shard still serves.
+    assert_eq!(row(&reader, "select 1").await, ["1"]);
+}

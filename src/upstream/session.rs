@@ -36,7 +36,7 @@
 //!   ReadyForQuery is released. See [`LSN_QUERY`].
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
@@ -107,13 +107,21 @@ struct UnitNeeds {
     bytes: usize,
 }
 
+/// Most portals of SET statements a session tracks at once (`Session::portal_sets`).
+const PORTAL_SETS_MAX: usize = 16;
+
 /// A client's prepared statement.
 pub struct ClientStatement {
     sql: Box<str>,
     /// Declared parameter types, as on the wire (big-endian OIDs).
     param_types: Box<[u8]>,
-    /// Upstream statement id; `None` for the unnamed statement (relayed as unnamed).
-    upstream: Option<u32>,
+    /// Upstream statement id; `None` for the unnamed statement (relayed as unnamed). Changed
+    /// only where a connection that lacks it would analyse it under other settings than its
+    /// key names (`Session::ensure_prepared`).
+    upstream: Cell<Option<u32>>,
+    /// The settings fingerprint of its upstream statement's key: what every connection's copy
+    /// of that statement was analysed under.
+    settings: Cell<u64>,
     /// Read at its first Bind that needs it ([`ClientStatement::route`]), for every later one.
     route: OnceCell<Route>,
     /// Certainly autocommit-only: may share a pipelined connection. Its shape
@@ -141,6 +149,7 @@ impl ClientStatement {
 
     fn upstream_name(&self) -> String {
         self.upstream
+            .get()
             .map_or_else(String::new, |id| format!("ringwire_{id}"))
     }
 
@@ -382,8 +391,10 @@ pub struct Session {
     /// Bind of one): a session SET after it pins the session (`note_effects`).
     savepoint_in_tx: bool,
     /// Portals bound to a client statement that changes a setting ([`ClientStatement::set`]),
-    /// by name: an Execute of one records the change when it completes. Portals end with
-    /// their transaction, and so do these.
+    /// by name: an Execute of one records the change when it completes. An entry goes when
+    /// its portal is bound again or closed. (Not when its transaction ends, which is learnt
+    /// from replies, after later messages were translated: an Execute of a portal that ended
+    /// fails upstream, and a failed Execute records nothing.) At most [`PORTAL_SETS_MAX`].
     portal_sets: Vec<(Box<str>, SetChange)>,
     /// The session holds state only its connection has: never give the connection back.
     pinned: bool,
@@ -1792,11 +1803,15 @@ impl Session {
                 }
                 let stmt = self.statements.get(name)?;
                 needs.shape = combine_shapes(needs.shape, stmt.autocommit?);
-                if stmt.upstream.is_some() {
-                    // The pipe's connection may lack it: its Parse goes out with the unit.
+                if stmt.upstream.get().is_some() {
+                    // The pipe's connection may lack it: its Parse goes out with the unit,
+                    // analysed under the session's settings, which must be its key's.
+                    if stmt.settings.get() != self.settings {
+                        return None;
+                    }
                     needs.bytes += stmt.sql.len() + stmt.param_types.len() + 16;
                 }
-                need(needs, stmt.upstream)
+                need(needs, stmt.upstream.get())
             };
             match FrontendMessage::parse(frame).ok()? {
                 FrontendMessage::Query { sql } => {
@@ -1964,9 +1979,9 @@ impl Session {
                 "this read-only transaction runs on a replica (ringwire) and cannot move to \
                  the primary (it holds a cursor, a lock or other state only its connection \
                  has), so it cannot run statements that tie the session to its connection \
-                 (PREPARE, LISTEN, SET ROLE, a WITH HOLD cursor, a SET inside a prepared \
-                 statement or after a savepoint) or that end the transaction and go on in the \
-                 same query; the transaction was ended",
+                 (PREPARE, LISTEN, SET ROLE, a WITH HOLD cursor, a SET after a savepoint), a \
+                 SET sent as a prepared statement, or statements that end the transaction and \
+                 go on in the same query; the transaction was ended",
             ));
         };
         let part_frames = &frames[..part];
@@ -2199,6 +2214,8 @@ impl Session {
         // that Sync ends it.
         let mut pending_end = !begin && self.tx == b'I';
         let mut savepoint = self.savepoint_in_tx;
+        // A Query earlier in this part SETs.
+        let mut sets = false;
         let mut ended = false;
         let mut first = begin;
         let mut offset = 0;
@@ -2218,6 +2235,7 @@ impl Session {
                     if fx.pins || (savepoint && !fx.sets.is_empty()) {
                         return None;
                     }
+                    sets |= !fx.sets.is_empty();
                     match tx_end(sql, first) {
                         TxEnd::Inside => return None,
                         TxEnd::Last => ended = true,
@@ -2226,7 +2244,13 @@ impl Session {
                 }
                 Ok(FrontendMessage::Parse { name, sql, .. }) => {
                     let fx = classify(sql);
-                    if fx.pins || !fx.sets.is_empty() || !self.pending_sets.is_empty() {
+                    // (A Parse after a SET not settled yet may pin: `Session::parse_settings`.)
+                    if fx.pins
+                        || !fx.sets.is_empty()
+                        || sets
+                        || !self.pending_sets.is_empty()
+                        || self.sets_unanswered()
+                    {
                         return None;
                     }
                     if n_parsed == parsed.len() {
@@ -2238,7 +2262,7 @@ impl Session {
                     n_parsed += 1;
                 }
                 Ok(FrontendMessage::Bind(bind)) => {
-                    let (control, bound_savepoint, sets) = self
+                    let (control, bound_savepoint, bound_set) = self
                         .named_statement(&parsed[..n_parsed], bind.statement, |s| {
                             (
                                 s.route().tx != TxControl::None,
@@ -2247,12 +2271,15 @@ impl Session {
                             )
                         })
                         .unwrap_or((false, false, false));
+                    // A SET prepared earlier: its Execute pins the session once the block has
+                    // a savepoint, which may come between the two (it was left to the
+                    // primary before too, when a prepared SET pinned its session at Parse).
+                    if bound_set {
+                        return None;
+                    }
                     pending_end |= control;
                     // (A Bind of a savepoint statement counts as one in a Query: `run_batch`.)
                     savepoint |= bound_savepoint;
-                    if savepoint && sets {
-                        return None;
-                    }
                 }
                 Ok(FrontendMessage::Sync) => {
                     ended |= pending_end;
@@ -2680,7 +2707,8 @@ impl Session {
                 let stmt = Rc::new(ClientStatement {
                     sql: sql.into(),
                     param_types: types,
-                    upstream,
+                    upstream: Cell::new(upstream),
+                    settings: Cell::new(analysed_under.unwrap_or(self.settings)),
                     route: OnceCell::new(),
                     autocommit: self
                         .shard
@@ -2725,7 +2753,13 @@ impl Session {
                     self.portal_sets.retain(|(p, _)| **p != *bind.portal);
                 }
                 if let Some(set) = &stmt.set {
-                    self.portal_sets.push((bind.portal.into(), set.clone()));
+                    if self.portal_sets.len() == PORTAL_SETS_MAX {
+                        // Many portals of SETs at once, some perhaps long ended: the session
+                        // keeps its connection rather than tracking more.
+                        self.pinned = true;
+                    } else {
+                        self.portal_sets.push((bind.portal.into(), set.clone()));
+                    }
                 }
                 if !self.shard.replicas.is_empty() || self.untidied {
                     self.note_route(stmt.route());
@@ -2748,7 +2782,7 @@ impl Session {
                 put_cstr(&mut self.to_send, &stmt.upstream_name());
                 self.to_send.extend_from_slice(&body[stmt_end..]);
                 protocol::wire::finish_message(&mut self.to_send, start);
-                let done = stmt.upstream.map_or(Done::Nothing, Done::Bound);
+                let done = stmt.upstream.get().map_or(Done::Nothing, Done::Bound);
                 self.push(Kind::Bind, true, done);
             }
             FrontendMessage::Describe {
@@ -2765,7 +2799,7 @@ impl Session {
                     Target::Statement,
                     &stmt.upstream_name(),
                 );
-                let done = stmt.upstream.map_or(Done::Nothing, Done::Bound);
+                let done = stmt.upstream.get().map_or(Done::Nothing, Done::Bound);
                 self.push(Kind::DescribeStatement, true, done);
             }
             FrontendMessage::Describe {
@@ -2805,8 +2839,11 @@ impl Session {
             }
             FrontendMessage::Close {
                 target: Target::Portal,
-                ..
+                name,
             } => {
+                if !self.portal_sets.is_empty() {
+                    self.portal_sets.retain(|(p, _)| **p != *name);
+                }
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Close, true, Done::Nothing);
             }
@@ -2941,24 +2978,49 @@ impl Session {
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
     fn ensure_prepared(&mut self, stmt: &Rc<ClientStatement>) {
         let server = self.server.as_ref().expect("held while translating");
-        let present = match stmt.upstream {
+        let present = match stmt.upstream.get() {
             Some(id) => server.statements.has(id, self.id),
             None => server.statements.unnamed_is(stmt),
         };
-        if !present {
-            stmt.encode_parse(&mut self.to_send);
-            let done = match stmt.upstream {
-                Some(id) => {
-                    server.statements.queued(id, self.id);
-                    Done::Prepared(id)
-                }
-                None => {
-                    server.statements.set_unnamed(Some(stmt.clone()));
-                    Done::Unnamed(stmt.clone())
-                }
-            };
-            self.push(Kind::Parse, false, done);
+        if present {
+            return;
         }
+        if stmt.upstream.get().is_some() {
+            // Parsed here, it is analysed under this session's settings now. Where those are
+            // not its key's (the session changed them since it parsed, or parsed it in a
+            // transaction that rolled back), registered as that key's it would serve clients
+            // of those settings: it becomes the statement of the settings it now has.
+            match self.parse_settings() {
+                Some(now) if now != stmt.settings.get() => {
+                    let id = self.shard.statement_id(&StatementKey {
+                        sql: stmt.sql.clone(),
+                        param_types: stmt.param_types.clone(),
+                        settings: now,
+                    });
+                    stmt.upstream.set(Some(id));
+                    stmt.settings.set(now);
+                    if server.statements.has(id, self.id) {
+                        return;
+                    }
+                }
+                Some(_) => {}
+                // (Not known: this copy must never serve another client.)
+                None => self.pinned = true,
+            }
+        }
+        stmt.encode_parse(&mut self.to_send);
+        let server = self.server.as_ref().expect("held while translating");
+        let done = match stmt.upstream.get() {
+            Some(id) => {
+                server.statements.queued(id, self.id);
+                Done::Prepared(id)
+            }
+            None => {
+                server.statements.set_unnamed(Some(stmt.clone()));
+                Done::Unnamed(stmt.clone())
+            }
+        };
+        self.push(Kind::Parse, false, done);
     }
 
     /// What a simple Query does to session state: pins are noted now, its SETs returned to
@@ -3021,8 +3083,7 @@ impl Session {
             // one that made some stick upstream, the connection's settings are not known, so
             // whoever uses it next replays (0 would pass for "no settings"). Not a pinned
             // session's: its connection is its own and has the settings PostgreSQL kept,
-            // some of which `sets` may lack (a pin above, a SET in a prepared statement), so
-            // a replay would undo them.
+            // some of which `sets` may lack (a pin above), so a replay would undo them.
             if let Some(server) = self.server.as_mut().filter(|_| !self.pinned) {
                 server.settings = SETTINGS_UNKNOWN;
             }
@@ -3034,10 +3095,15 @@ impl Session {
     /// analysis reads some: `search_path`, `DateStyle` for a typed literal), which its
     /// upstream statement's key names: the session's, with the SETs its open transaction ran
     /// (the connection has them, committed or not). `None` where the connection's are not
-    /// known here: a SET earlier in this batch has not answered yet, or a `RESET ALL` among
-    /// the pending ones dropped the startup values the replay had set.
+    /// known here: a SET earlier in this batch, or one of an earlier batch with no Sync after
+    /// it, has not answered yet, or a `RESET ALL` among the pending ones dropped the startup
+    /// values the replay had set. (A `SET LOCAL` is not counted: a statement parsed after one
+    /// is keyed as if it were not there.)
     fn parse_settings(&self) -> Option<u64> {
-        if self.batch_sets || self.pending_sets.contains(&SetChange::ResetAll) {
+        if self.batch_sets
+            || self.pending_sets.contains(&SetChange::ResetAll)
+            || self.sets_unanswered()
+        {
             return None;
         }
         if self.pending_sets.is_empty() {
@@ -3048,6 +3114,20 @@ impl Session {
         Some(fingerprint(&self.startup_sets, &sets))
     }
 
+    /// A SET sent in an earlier batch has not answered yet (an Execute of one with no Sync
+    /// after it): the connection may have it, `pending_sets` does not yet.
+    fn sets_unanswered(&self) -> bool {
+        self.expect.iter().any(|e| {
+            matches!(
+                e,
+                Expect::Server {
+                    done: Done::Set(_),
+                    ..
+                }
+            ) || matches!(e, Expect::Server { done: Done::Query(q), .. } if !q.sets.is_empty())
+        })
+    }
+
     /// What the session noted of its open transaction (its SETs, whether it failed or rolled
     /// back, a savepoint in it), dropped: the transaction is over, or never happened.
     fn forget_transaction_state(&mut self) {
@@ -3055,7 +3135,6 @@ impl Session {
         self.tx_rolled_back = false;
         self.tx_committed = false;
         self.savepoint_in_tx = false;
-        self.portal_sets.clear();
     }
 
     /// A statement of a client Query completed; `tx_ended`: its tag was `COMMIT` (true) or
