@@ -488,7 +488,9 @@ async fn cancel_of_a_queued_unit_hits_only_its_own_statement() {
         started.elapsed()
     );
 
-    // Cancel the first of two: withdrawn, both complete.
+    // Cancel the first of two: withdrawn, both complete. (The pipe a cancel was sent on
+    // closed its connection as it retired, lest the signal land late: a new one first.)
+    warm(&rw, 1).await;
     let first = connect(&rw).await;
     let second = connect(&rw).await;
     let token = first.cancel_token();

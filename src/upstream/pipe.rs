@@ -25,7 +25,8 @@
 //! **Cancel.** A CancelRequest is sent to the backend only while the client's unit is at the
 //! head of the queue *and* the last one in it (so what runs there is that client's and nothing
 //! of another client can start before the signal lands); from the request on, the pipe takes
-//! no new units. A cancel for a unit queued behind another waits until the units before it are
+//! no new units, and once it retires its connection is closed, not pooled (the signal may land
+//! late). A cancel for a unit queued behind another waits until the units before it are
 //! done; one for a unit that has other units behind it is withdrawn (never sent): the signal
 //! could land on a unit of another client.
 //!
@@ -130,6 +131,9 @@ pub struct Pipe {
     outbox: RefCell<Vec<u8>>,
     /// Units written (or in `outbox`), in the order their replies come.
     units: RefCell<VecDeque<Rc<Unit>>>,
+    /// A cancel was sent to the backend: retired, the connection is closed rather than
+    /// pooled (see `ServerConn::cancel_sent`).
+    cancel_sent: Cell<bool>,
     /// Takes new units (false once a cancel was asked or the pipe failed or retired).
     joinable: Cell<bool>,
     failed: RefCell<Option<String>>,
@@ -250,6 +254,7 @@ impl Pipe {
             joinable: Cell::new(true),
             failed: RefCell::new(None),
             retired: Cell::new(false),
+            cancel_sent: Cell::new(false),
             reader: Cell::new(None),
             depth,
             taken: Cell::new(0),
@@ -350,7 +355,8 @@ impl Pipe {
         }
         self.joinable.set(false);
         self.shard.forget_pipe(self);
-        if let Some(conn) = self.conn.borrow_mut().take() {
+        if let Some(mut conn) = self.conn.borrow_mut().take() {
+            conn.cancel_sent |= self.cancel_sent.get();
             self.shard.release(conn);
         }
     }
@@ -390,6 +396,7 @@ impl Pipe {
         let units = self.units.borrow();
         let Some(head) = units.front() else { return };
         if units.len() == 1 && head.cancel_wanted.replace(false) {
+            self.cancel_sent.set(true);
             let config = self.pool.config.clone();
             let (at, pid, key) = (self.at, self.process_id, self.secret_key);
             glommio::spawn_local(async move {

@@ -377,6 +377,11 @@ pub struct ServerConn {
     /// it. False when not asked (the primary's) or not read committed: a plain `BEGIN` of a
     /// session that set no isolation of its own may then be anything (`ReplicaTx::movable`).
     pub read_committed_default: bool,
+    /// A client's cancel was forwarded to its backend. PostgreSQL signals the backend
+    /// asynchronously, and a signal that lands after the statement ended cancels whatever
+    /// that backend runs next: the connection is closed when it goes back, never handed to
+    /// another client (`Pool::release`).
+    pub cancel_sent: bool,
     /// Which connection of its pool it is (from 1; 0 for a share of a pipe): a session
     /// remembers where its last batch ran (`Session::last_conn`).
     pub serial: u64,
@@ -1008,6 +1013,7 @@ impl Pool {
             at,
             timeline,
             read_committed_default,
+            cancel_sent: false,
             serial: {
                 let serial = self.next_serial.get();
                 self.next_serial.set(serial + 1);
@@ -1150,6 +1156,14 @@ impl Pool {
     }
 
     fn release(&self, mut conn: ServerConn) {
+        if conn.cancel_sent {
+            log::debug!(
+                "closing upstream connection {}: a cancel was sent to it, and it may land on \
+                 whatever runs there next",
+                conn.process_id
+            );
+            return;
+        }
         if conn.statements.lost.get() {
             log::info!(
                 "closing upstream connection {}: code run on it deallocated statements \
@@ -1346,6 +1360,7 @@ impl ServerConn {
             at: pipe.at,
             timeline: 0,
             read_committed_default: false,
+            cancel_sent: false,
             serial: 0,
             last_user: ANY_USER,
             released_at: Instant::now(),

@@ -3300,7 +3300,10 @@ impl Session {
                             continue;
                         }
                         // This client's statement is the one running on this connection:
-                        // pass the cancel on to its backend.
+                        // pass the cancel on to its backend (and never hand the connection
+                        // to another client, whose statement the signal may reach if it
+                        // lands late: `ServerConn::cancel_sent`).
+                        server.cancel_sent = true;
                         let config = self.shard.pools(server.host).config.clone();
                         let (at, pid, key) = (server.at, server.process_id, server.secret_key);
                         glommio::spawn_local(async move {
