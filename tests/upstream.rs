@@ -444,6 +444,90 @@ async fn a_prepared_set_split_across_writes_is_recorded_and_keys_what_follows() 
     holder.batch_execute("commit").await.unwrap();
 }
 
+/// A client's Parse that fails, or that PostgreSQL skips after an earlier error of its batch,
+/// makes no statement, and a Close it skips closes none: the same messages through ringwire
+/// (pool of one, so that a statement another client prepared is answered from the cache) and
+/// at PostgreSQL directly must get the same replies. Before, ringwire recorded the statement
+/// when it relayed the Parse: a driver that prepares under the same name again after a
+/// failure (node-postgres's named queries, pgx's statement cache) got 42P05 "already exists"
+/// forever, and a statement the server skipped could be bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parse_that_failed_or_was_skipped_makes_no_statement() {
+    use protocol::frontend::Target;
+    use protocol::frontend::{
+        encode_bind, encode_close, encode_empty, encode_execute, encode_parse,
+    };
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let parse = |out: &mut Vec<u8>, name: &str, sql: &str| encode_parse(out, name, sql, &[]);
+    let run = |out: &mut Vec<u8>, name: &str| {
+        encode_bind(out, "", name, &[], &[], &[]);
+        encode_execute(out, "", 0);
+    };
+    let sync = |out: &mut Vec<u8>| encode_empty(out, b'S');
+    // Each step: the messages, and how many ReadyForQuery end their replies.
+    let mut steps: Vec<Vec<u8>> = Vec::new();
+    // A Parse that fails, then the same name again.
+    let mut m = Vec::new();
+    parse(&mut m, "s1", "select 1/0x");
+    sync(&mut m);
+    steps.push(m);
+    let mut m = Vec::new();
+    parse(&mut m, "s1", "select 2");
+    run(&mut m, "s1");
+    sync(&mut m);
+    steps.push(m);
+    // A Parse skipped after an error: sent upstream, and (its text cached by another client)
+    // answered here.
+    for text in ["select 3", "select 4"] {
+        let mut m = Vec::new();
+        parse(&mut m, "e", "select 1/0x");
+        parse(&mut m, "s2", text);
+        sync(&mut m);
+        steps.push(m);
+        let mut m = Vec::new();
+        run(&mut m, "s2");
+        sync(&mut m);
+        steps.push(m);
+    }
+    // A Close skipped after an error.
+    let mut m = Vec::new();
+    parse(&mut m, "s7", "select 7");
+    sync(&mut m);
+    steps.push(m);
+    let mut m = Vec::new();
+    parse(&mut m, "", "select 1/0");
+    run(&mut m, "");
+    encode_close(&mut m, Target::Statement, "s7");
+    sync(&mut m);
+    steps.push(m);
+    let mut m = Vec::new();
+    run(&mut m, "s7");
+    sync(&mut m);
+    steps.push(m);
+    // Another client has "select 4" prepared on the pool's one connection.
+    let other = connect(&rw).await;
+    other.prepare("select 4").await.unwrap();
+    let mut transcripts = Vec::new();
+    for addr in [format!("127.0.0.1:{}", pg.port), rw.addr()] {
+        let mut a = raw_login_at(&addr);
+        let mut t = Vec::new();
+        for m in &steps {
+            t.push(raw_exchange(&mut a, m, 1));
+        }
+        transcripts.push(t);
+    }
+    assert_eq!(
+        transcripts[1], transcripts[0],
+        "ringwire (left) vs PostgreSQL (right)"
+    );
+    // (And it says what it checked: s1 ran, s2 did not exist, s7 ran.)
+    let flat: Vec<_> = transcripts[0].concat();
+    assert!(flat.contains(&(b'D', Some("2".into()))), "{flat:?}");
+    assert!(flat.contains(&(b'E', Some("26000".into()))), "{flat:?}");
+    assert!(flat.contains(&(b'D', Some("7".into()))), "{flat:?}");
+}
+
 /// A `DO` block that SETs runs code ringwire does not follow: it pins its client, which keeps
 /// the setting as at PostgreSQL, and the next client on the pool's one connection never
 /// inherits it. Before, the connection went back to the pool holding the block's

@@ -285,8 +285,10 @@ enum Kind {
 enum Done {
     Nothing,
     /// A Parse of this upstream statement, marked prepared on the connection when queued:
-    /// unmarked if it fails or is skipped.
-    Prepared(u32),
+    /// unmarked if it fails or is skipped, and then the client's statement it made (the
+    /// client's own Parse; `None` for one ringwire sends in front of a Bind) forgotten, as
+    /// PostgreSQL never made it.
+    Prepared(u32, Option<Rc<ClientStatement>>),
     /// A Parse of the unnamed statement from this client statement (marked when queued).
     Unnamed(Rc<ClientStatement>),
     /// Bind or Describe of this upstream statement (0A000 forgets it; 26000 closes the
@@ -335,8 +337,12 @@ enum Expect {
 }
 
 enum Local {
-    ParseComplete,
-    CloseComplete,
+    /// A client's Parse of a statement the connection has: if the server would have skipped
+    /// it (an error earlier in the batch), the client's statement is forgotten (`undo`).
+    ParseComplete(Rc<ClientStatement>),
+    /// A client's Close of this statement (its name and what it named, if any): put back if
+    /// the server would have skipped it.
+    CloseComplete(Option<(Box<str>, Rc<ClientStatement>)>),
     Error(PgError),
     /// A Query answered here: CommandComplete with this tag, then ReadyForQuery.
     Command(&'static str),
@@ -2723,14 +2729,14 @@ impl Session {
                 let server = self.server.as_ref().expect("held while translating");
                 match upstream {
                     Some(id) if server.statements.has(id, self.id) => {
-                        self.push_local(Local::ParseComplete)
+                        self.push_local(Local::ParseComplete(stmt))
                     }
                     Some(id) => {
                         // Marked now, so later messages of this batch do not parse it again;
                         // undone if the Parse fails or is skipped.
                         server.statements.queued(id, self.id);
                         stmt.encode_parse(&mut self.to_send);
-                        self.push(Kind::Parse, true, Done::Prepared(id));
+                        self.push(Kind::Parse, true, Done::Prepared(id, Some(stmt)));
                     }
                     None => {
                         server.statements.set_unnamed(Some(stmt.clone()));
@@ -2834,8 +2840,8 @@ impl Session {
                 name,
             } => {
                 // The upstream statement stays prepared for the shard's next client.
-                self.statements.remove(name);
-                self.push_local(Local::CloseComplete);
+                let closed = self.statements.remove_entry(name);
+                self.push_local(Local::CloseComplete(closed));
             }
             FrontendMessage::Close {
                 target: Target::Portal,
@@ -3013,7 +3019,7 @@ impl Session {
         let done = match stmt.upstream.get() {
             Some(id) => {
                 server.statements.queued(id, self.id);
-                Done::Prepared(id)
+                Done::Prepared(id, None)
             }
             None => {
                 server.statements.set_unnamed(Some(stmt.clone()));
@@ -3199,8 +3205,8 @@ impl Session {
                         };
                         self.must_answer -= 1;
                         match local {
-                            Local::ParseComplete => backend::write_parse_complete(out),
-                            Local::CloseComplete => backend::write_close_complete(out),
+                            Local::ParseComplete(_) => backend::write_parse_complete(out),
+                            Local::CloseComplete(_) => backend::write_close_complete(out),
                             Local::Command(tag) => {
                                 backend::write_command_complete(out, tag);
                                 let status = match self.tx {
@@ -3553,7 +3559,7 @@ impl Session {
         self.must_answer -= 1;
         let server = self.server.as_mut().expect("held");
         match done {
-            Done::Prepared(id) => server.statements.confirmed(id),
+            Done::Prepared(id, _) => server.statements.confirmed(id),
             Done::Nothing
             | Done::Bound(_)
             | Done::Unnamed(_)
@@ -3600,6 +3606,26 @@ impl Session {
     /// A queued entry that failed or was skipped: a Parse leaves the connection without the
     /// statement; a WAL position query leaves its commit unrecorded.
     fn undo(&mut self, e: &Expect) {
+        // What the client's own Parse or Close did to its statements, undone: the server
+        // never ran it.
+        match e {
+            Expect::Local(Local::ParseComplete(stmt))
+            | Expect::Server {
+                done: Done::Prepared(_, Some(stmt)),
+                ..
+            }
+            | Expect::Server {
+                kind: Kind::Parse,
+                emit: true,
+                done: Done::Unnamed(stmt),
+            } => self.statements.retain(|_, s| !Rc::ptr_eq(s, stmt)),
+            Expect::Local(Local::CloseComplete(Some((name, stmt))))
+                if !self.statements.contains_key(name) =>
+            {
+                self.statements.insert(name.clone(), stmt.clone());
+            }
+            _ => {}
+        }
         if let Expect::Server {
             done: Done::Tidied(_),
             ..
@@ -3625,7 +3651,7 @@ impl Session {
         };
         match e {
             Expect::Server {
-                done: Done::Prepared(id),
+                done: Done::Prepared(id, _),
                 ..
             } => {
                 server.statements.forget_queued(*id, self.id);
