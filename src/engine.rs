@@ -515,9 +515,86 @@ impl PlanCache {
     }
 }
 
+/// Most operators an expression may chain (`1+1+…`, `a AND b AND …`, `x::int::int…`), counted
+/// along its deepest path ([`operator_depth`]). sqlparser builds such a chain as a tree as deep
+/// as the chain is long (its own recursion limit covers nesting, not chains), and planning,
+/// evaluating and dropping it recurse once per level: past this, 54001 as in PostgreSQL
+/// (whose limit is its `max_stack_depth`), before anything is built. At this depth a debug
+/// build uses about half of a shard's stack (`THREAD_STACK_BYTES` in main.rs).
+pub const MAX_EXPRESSION_OPERATORS: usize = 10_000;
+
+/// An upper bound of how deep the operator chains of `sql` nest: along each path of
+/// parentheses, the operators of each level's chain (since its last comma) plus the deepest
+/// parenthesised group in it. Commas separate list items and arguments, which do not deepen
+/// one another (a `VALUES` row of ten thousand negative numbers is shallow).
+fn operator_depth(sql: &str) -> usize {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return 0; // the parser reports it
+    };
+    // Per open group: (operators in its chain, its deepest closed group).
+    let mut stack: Vec<(usize, usize)> = vec![(0, 0)];
+    let (mut path, mut deepest) = (0usize, 0usize);
+    for t in &tokens {
+        let nested = stack.len() > 1;
+        let top = stack.last_mut().expect("the outermost level stays");
+        match t {
+            Token::LParen | Token::LBracket => stack.push((0, 0)),
+            Token::RParen | Token::RBracket if nested => {
+                let (run, inner) = stack.pop().expect("more than one");
+                path -= run + inner;
+                let top = stack.last_mut().expect("the outermost level stays");
+                if run + inner > top.1 {
+                    path += run + inner - top.1;
+                    top.1 = run + inner;
+                }
+            }
+            Token::Comma | Token::SemiColon => {
+                path -= top.0 + top.1;
+                *top = (0, 0);
+            }
+            Token::Word(w) if matches!(w.keyword, Keyword::AND | Keyword::OR | Keyword::NOT) => {
+                top.0 += 1;
+                path += 1;
+            }
+            Token::Word(_)
+            | Token::Number(..)
+            | Token::SingleQuotedString(_)
+            | Token::DoubleQuotedString(_)
+            | Token::DollarQuotedString(_)
+            | Token::SingleQuotedByteStringLiteral(_)
+            | Token::NationalStringLiteral(_)
+            | Token::EscapedStringLiteral(_)
+            | Token::UnicodeStringLiteral(_)
+            | Token::HexStringLiteral(_)
+            | Token::Placeholder(_)
+            | Token::Whitespace(_)
+            | Token::Period
+            | Token::RParen
+            | Token::RBracket
+            | Token::EOF => {}
+            _ => {
+                top.0 += 1;
+                path += 1;
+            }
+        }
+        deepest = deepest.max(path);
+    }
+    deepest
+}
+
 /// Parse statement text into sqlparser statements, mapping parse errors to 42601 with a
 /// position as PostgreSQL reports it.
 pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, PgError> {
+    // (Each operator takes two bytes at least: a shorter text cannot chain too many.)
+    if sql.len() > 2 * MAX_EXPRESSION_OPERATORS && operator_depth(sql) > MAX_EXPRESSION_OPERATORS {
+        return Err(
+            PgError::new(SqlState(*b"54001"), "stack depth limit exceeded").with_hint(format!(
+                "An expression chains more than {MAX_EXPRESSION_OPERATORS} operators."
+            )),
+        );
+    }
     Parser::parse_sql(&PostgreSqlDialect {}, sql).or_else(|e| {
         // sqlparser 0.63 accepts COPY's boolean options only as TRUE/FALSE, PostgreSQL also as
         // ON/OFF (pgbench -i sends `copy ... from stdin with (freeze on)`): retry with those

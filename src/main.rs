@@ -546,7 +546,22 @@ fn read_password(prompt: &str) -> Result<String, String> {
     Ok(password.strip_suffix('\r').unwrap_or(password).to_string())
 }
 
+/// Stack size of every thread this process starts (shards included: glommio spawns them with
+/// std's default, which `RUST_MIN_STACK` sets). Statements are planned and evaluated by
+/// recursion over their expression trees, and a client decides how deep those are (`1+1+…`
+/// with thousands of terms, JSON nested thousands deep): on std's 2 MiB a few thousand levels
+/// overflowed the stack and aborted the process, dropping every connection and the embedded
+/// compute's data. The space is reserved, not committed: only pages a deep statement touches
+/// cost memory. The depth limits (`engine::MAX_EXPRESSION_OPERATORS`, json's `MAX_DEPTH`) keep
+/// recursion well inside it.
+const THREAD_STACK_BYTES: usize = 256 << 20;
+
 fn main() -> ExitCode {
+    // Before any thread starts: std reads it once, at the first spawn. (An operator's own
+    // setting wins.)
+    if std::env::var_os("RUST_MIN_STACK").is_none() {
+        std::env::set_var("RUST_MIN_STACK", THREAD_STACK_BYTES.to_string());
+    }
     let mut cli = Cli::parse();
     if let Some(Command::Passwd { user, md5 }) = cli.command.take() {
         return match passwd(&user, md5) {
