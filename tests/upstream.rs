@@ -528,6 +528,93 @@ async fn a_parse_that_failed_or_was_skipped_makes_no_statement() {
     assert!(flat.contains(&(b'D', Some("7".into()))), "{flat:?}");
 }
 
+/// What a client pipelines without waiting is answered as PostgreSQL answers it: COPY data
+/// sent in the same write as its COPY (simple and extended protocol, two COPYs in one
+/// Query), a malformed Bind of an existing statement, a Flush with a body. Before, the data
+/// was dropped (it came before the server's CopyInResponse) and the client hung, the Bind got
+/// 26000 (relayed under the client's statement name, which the server does not know), and
+/// the Flush put the relay out of step with the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_copy_data_and_malformed_messages_get_postgres_replies() {
+    use protocol::frontend::{encode_bind, encode_copy_data, encode_empty, encode_execute};
+    use protocol::frontend::{encode_parse, encode_query};
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    direct(&pg)
+        .await
+        .batch_execute("create table piped (a int); create table piped2 (a int)")
+        .await
+        .unwrap();
+    let frame = |tag: u8, body: &[u8]| {
+        let mut m = vec![tag];
+        m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    };
+    let mut steps: Vec<(Vec<u8>, usize)> = Vec::new();
+    let mut m = Vec::new();
+    encode_query(&mut m, "copy piped from stdin");
+    encode_copy_data(&mut m, b"1\n");
+    encode_copy_data(&mut m, b"2\n");
+    encode_empty(&mut m, b'c');
+    steps.push((m, 1));
+    let mut m = Vec::new();
+    encode_query(&mut m, "copy piped from stdin; copy piped2 from stdin");
+    encode_copy_data(&mut m, b"3\n");
+    encode_empty(&mut m, b'c');
+    encode_copy_data(&mut m, b"4\n");
+    encode_empty(&mut m, b'c');
+    steps.push((m, 1));
+    let mut m = Vec::new();
+    encode_parse(&mut m, "", "copy piped from stdin", &[]);
+    encode_bind(&mut m, "", "", &[], &[], &[]);
+    encode_execute(&mut m, "", 0);
+    encode_copy_data(&mut m, b"5\n");
+    encode_empty(&mut m, b'c');
+    encode_empty(&mut m, b'S');
+    steps.push((m, 1));
+    // A statement, then a Bind of it with a truncated body.
+    let mut m = Vec::new();
+    encode_parse(&mut m, "s1", "select 1", &[]);
+    encode_empty(&mut m, b'S');
+    steps.push((m, 1));
+    let mut m = frame(b'B', b"\0s1\0\0");
+    encode_empty(&mut m, b'S');
+    steps.push((m, 1));
+    // A Flush with a body, a Sync, then a Query.
+    let mut m = frame(b'H', b"xyz");
+    encode_empty(&mut m, b'S');
+    encode_query(&mut m, "select count(*) from piped");
+    steps.push((m, 2));
+    let mut m = Vec::new();
+    encode_bind(&mut m, "", "s1", &[], &[], &[]);
+    encode_execute(&mut m, "", 0);
+    encode_empty(&mut m, b'S');
+    encode_query(&mut m, "select count(*) from piped2");
+    steps.push((m, 2));
+    let mut transcripts = Vec::new();
+    for addr in [format!("127.0.0.1:{}", pg.port), rw.addr()] {
+        let mut a = raw_login_at(&addr);
+        let mut t = Vec::new();
+        for (m, ready) in &steps {
+            t.push(raw_exchange(&mut a, m, *ready));
+        }
+        transcripts.push(t);
+        direct(&pg)
+            .await
+            .batch_execute("truncate piped, piped2")
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        transcripts[1], transcripts[0],
+        "ringwire (left) vs PostgreSQL (right)"
+    );
+    let flat: Vec<_> = transcripts[0].concat();
+    assert!(flat.contains(&(b'D', Some("4".into()))), "{flat:?}");
+    assert!(flat.contains(&(b'E', Some("08P01".into()))), "{flat:?}");
+}
+
 /// A `DO` block that SETs runs code ringwire does not follow: it pins its client, which keeps
 /// the setting as at PostgreSQL, and the next client on the pool's one connection never
 /// inherits it. Before, the connection went back to the pool holding the block's

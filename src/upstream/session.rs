@@ -422,6 +422,9 @@ pub struct Session {
     /// (the client sent Sync, Flush or a Query after them).
     must_answer: usize,
     copy_in: bool,
+    /// CopyDone and CopyFail messages of this batch relayed before any CopyInResponse came:
+    /// that many COPYs of the batch have their data already ([`Session::translate`]).
+    copy_ends_sent: u32,
     /// A reply made here was an error: drop client messages until Sync, as the server would.
     skip_until_sync: bool,
     /// The held connection sent something while the client was idle that `relay_idle` leaves
@@ -783,6 +786,7 @@ impl Session {
             ran_user_code: false,
             untidied: false,
             batch_sets: false,
+            copy_ends_sent: 0,
             tidy_without_settings: false,
             expect: VecDeque::new(),
             must_answer: 0,
@@ -2396,6 +2400,7 @@ impl Session {
         // show.
         self.prediction_sure = !self.unsynced && self.expect.is_empty();
         self.batch_sets = false;
+        self.copy_ends_sent = 0;
         let settings_match = self
             .server
             .as_ref()
@@ -2595,15 +2600,28 @@ impl Session {
         let msg = match FrontendMessage::parse(frame) {
             Ok(m) => m,
             Err(e) if e.severity == Severity::Fatal => return Err(e),
+            // A Bind names a client's statement, which the server knows under ringwire's name
+            // only (relayed, it would answer 26000): answered here, as the server would, with
+            // the error and a skip to Sync.
+            Err(e) if tag == b'B' => {
+                self.push_local(Local::Error(e));
+                return Ok(());
+            }
+            // The server ignores these outside COPY and answers nothing.
+            Err(_) if matches!(tag, b'd' | b'c' | b'f') => {
+                self.to_send.extend_from_slice(raw);
+                return Ok(());
+            }
             // Malformed: let the server report it exactly as it would.
             Err(_) => {
                 self.to_send.extend_from_slice(raw);
                 let kind = match tag {
                     b'Q' | b'F' => Kind::Query,
                     b'P' => Kind::Parse,
-                    b'B' => Kind::Bind,
                     b'D' => Kind::DescribePortal,
-                    b'C' => Kind::Close,
+                    // (A Flush with a body: an error, then the server skips to Sync, as for
+                    // a Close.)
+                    b'C' | b'H' => Kind::Close,
                     b'E' => Kind::Execute,
                     _ => Kind::Sync,
                 };
@@ -2865,10 +2883,14 @@ impl Session {
                 self.to_send.extend_from_slice(raw);
                 self.must_answer = self.expect.len();
             }
-            // Outside COPY these are ignored, per the protocol.
-            FrontendMessage::CopyData { .. }
-            | FrontendMessage::CopyDone
-            | FrontendMessage::CopyFail { .. } => {}
+            // Sent in the same write as the COPY they are for, before the server said it
+            // copies (CopyInResponse): relayed in order. (Outside COPY the server ignores them,
+            // per the protocol.)
+            FrontendMessage::CopyData { .. } => self.to_send.extend_from_slice(raw),
+            FrontendMessage::CopyDone | FrontendMessage::CopyFail { .. } => {
+                self.to_send.extend_from_slice(raw);
+                self.copy_ends_sent += 1;
+            }
             FrontendMessage::Terminate => {}
             FrontendMessage::Password { .. } => {
                 return Err(PgError::fatal(
@@ -3498,6 +3520,13 @@ impl Session {
                 }
                 self.must_answer -= 1;
                 self.skip_to_sync();
+                return false;
+            }
+            (b'G', Kind::Query | Kind::Execute) if self.copy_ends_sent > 0 => {
+                // The client sent the data and its end in the same write as the COPY: the
+                // server has it all, and its replies go on.
+                self.copy_ends_sent -= 1;
+                out.extend_from_slice(raw);
                 return false;
             }
             (b'G', Kind::Query | Kind::Execute) => {
