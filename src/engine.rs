@@ -515,46 +515,53 @@ impl PlanCache {
     }
 }
 
-/// Most operators an expression may chain (`1+1+…`, `a AND b AND …`, `x::int::int…`), counted
-/// along its deepest path ([`operator_depth`]). sqlparser builds such a chain as a tree as deep
+/// Most operators and keywords an expression may chain (`1+1+…`, `a AND b AND …`,
+/// `x::int::int…`, `x IS NULL IS NULL …`), counted along its deepest path ([`operator_depth`]). sqlparser builds such a chain as a tree as deep
 /// as the chain is long (its own recursion limit covers nesting, not chains), and planning,
 /// evaluating and dropping it recurse once per level: past this, 54001 as in PostgreSQL
 /// (whose limit is its `max_stack_depth`), before anything is built. At this depth a debug
 /// build uses about half of a shard's stack (`THREAD_STACK_BYTES` in main.rs).
 pub const MAX_EXPRESSION_OPERATORS: usize = 10_000;
 
-/// An upper bound of how deep the operator chains of `sql` nest: along each path of
-/// parentheses, the operators of each level's chain (since its last comma) plus the deepest
-/// parenthesised group in it. Commas separate list items and arguments, which do not deepen
-/// one another (a `VALUES` row of ten thousand negative numbers is shallow).
+/// An upper bound of how deep the expressions of `sql` nest through chains, which
+/// sqlparser builds in a loop, unbounded by its recursion limit: every operator and every
+/// keyword (`IS NULL`, `LIKE`, `BETWEEN`, `COLLATE`, `UNION`, … extend a chain with a word)
+/// counts one level. Along each path of parentheses, a level counts the tokens of its current
+/// item (since its last comma) plus the deepest group closed in it; a closed group counts as
+/// its deepest item, commas or not. So list items and arguments do not deepen one another (a
+/// `VALUES` row of ten thousand negative numbers is shallow), but a chain of groups each
+/// holding a chain adds up.
 fn operator_depth(sql: &str) -> usize {
     use sqlparser::keywords::Keyword;
     use sqlparser::tokenizer::{Token, Tokenizer};
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
         return 0; // the parser reports it
     };
-    // Per open group: (operators in its chain, its deepest closed group).
-    let mut stack: Vec<(usize, usize)> = vec![(0, 0)];
+    // Per open group: (levels of its current item, its deepest group closed in that item,
+    // its deepest item before the last comma).
+    let mut stack: Vec<(usize, usize, usize)> = vec![(0, 0, 0)];
     let (mut path, mut deepest) = (0usize, 0usize);
     for t in &tokens {
         let nested = stack.len() > 1;
         let top = stack.last_mut().expect("the outermost level stays");
         match t {
-            Token::LParen | Token::LBracket => stack.push((0, 0)),
+            Token::LParen | Token::LBracket => stack.push((0, 0, 0)),
             Token::RParen | Token::RBracket if nested => {
-                let (run, inner) = stack.pop().expect("more than one");
+                let (run, inner, best) = stack.pop().expect("more than one");
                 path -= run + inner;
+                let depth = best.max(run + inner);
                 let top = stack.last_mut().expect("the outermost level stays");
-                if run + inner > top.1 {
-                    path += run + inner - top.1;
-                    top.1 = run + inner;
+                if depth > top.1 {
+                    path += depth - top.1;
+                    top.1 = depth;
                 }
             }
             Token::Comma | Token::SemiColon => {
                 path -= top.0 + top.1;
-                *top = (0, 0);
+                top.2 = top.2.max(top.0 + top.1);
+                (top.0, top.1) = (0, 0);
             }
-            Token::Word(w) if matches!(w.keyword, Keyword::AND | Keyword::OR | Keyword::NOT) => {
+            Token::Word(w) if w.keyword != Keyword::NoKeyword => {
                 top.0 += 1;
                 path += 1;
             }
@@ -591,7 +598,7 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>, PgError> {
     if sql.len() > 2 * MAX_EXPRESSION_OPERATORS && operator_depth(sql) > MAX_EXPRESSION_OPERATORS {
         return Err(
             PgError::new(SqlState(*b"54001"), "stack depth limit exceeded").with_hint(format!(
-                "An expression chains more than {MAX_EXPRESSION_OPERATORS} operators."
+                "An expression chains more than {MAX_EXPRESSION_OPERATORS} operators and keywords."
             )),
         );
     }
@@ -2748,4 +2755,39 @@ pub(crate) fn parse_options(options: &str) -> Result<Vec<(String, String)>, PgEr
         out.push((k.replace('-', "_"), v.to_string()));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::operator_depth;
+
+    #[test]
+    fn operator_depth_bounds_chains_and_not_lists() {
+        let chain = |n: usize, op: &str| vec!["1"; n + 1].join(op);
+        assert_eq!(operator_depth(&format!("select {}", chain(100, "+"))), 101);
+        // A word extends a chain as an operator does.
+        let is_null = format!("select true{}", " is null".repeat(100));
+        assert!(
+            operator_depth(&is_null) >= 200,
+            "{}",
+            operator_depth(&is_null)
+        );
+        // List items do not deepen one another.
+        let rows: Vec<String> = (0..1000).map(|i| format!("(-{i}, 'x'::text)")).collect();
+        let insert = format!("insert into t values {}", rows.join(", "));
+        assert!(operator_depth(&insert) < 10, "{}", operator_depth(&insert));
+        // A group counts as its deepest item, and a chain of groups adds up.
+        let nested = format!(
+            "select coalesce({}, 0) + {}",
+            chain(100, "+"),
+            chain(100, "+")
+        );
+        assert!(
+            operator_depth(&nested) >= 201,
+            "{}",
+            operator_depth(&nested)
+        );
+        let sum = format!("select ({}) + ({})", chain(100, "+"), chain(100, "+"));
+        assert!(operator_depth(&sum) >= 101, "{}", operator_depth(&sum));
+    }
 }

@@ -727,15 +727,50 @@ fn occurrences_in_memory(pid: u32, needle: &[u8]) -> Vec<String> {
         let (start, end) = fields[0].split_once('-').unwrap();
         let start = u64::from_str_radix(start, 16).unwrap();
         let end = u64::from_str_radix(end, 16).unwrap();
-        let mut data = vec![0u8; (end - start) as usize];
-        if mem.seek(SeekFrom::Start(start)).is_err() || mem.read_exact(&mut data).is_err() {
-            continue; // a guard page or a mapping that went away
-        }
-        if let Some(at) = data.windows(needle.len()).position(|w| w == needle) {
-            found.push(format!("{:#x} in {line}", start + at as u64));
+        // Only pages in memory (or swapped out) can hold anything: the rest of a mapping
+        // (most of each thread's 256 MiB stack) reads as zeros. Runs of them are read whole,
+        // so a needle across a page boundary is found.
+        for (from, to) in touched_runs(pid, start, end) {
+            let mut data = vec![0u8; (to - from) as usize];
+            if mem.seek(SeekFrom::Start(from)).is_err() || mem.read_exact(&mut data).is_err() {
+                continue; // a guard page or a mapping that went away
+            }
+            if let Some(at) = data.windows(needle.len()).position(|w| w == needle) {
+                found.push(format!("{:#x} in {line}", from + at as u64));
+            }
         }
     }
     found
+}
+
+/// The runs of pages between `start` and `end` in process `pid` that are present in memory
+/// or swapped out (bits 63 and 62 of `/proc/PID/pagemap`'s entries); the whole range if the
+/// pagemap cannot be read.
+fn touched_runs(pid: u32, start: u64, end: u64) -> Vec<(u64, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    const PAGE: u64 = 4096;
+    let pages = ((end - start) / PAGE) as usize;
+    let mut entries = vec![0u8; pages * 8];
+    let read = std::fs::File::open(format!("/proc/{pid}/pagemap")).and_then(|mut f| {
+        f.seek(SeekFrom::Start(start / PAGE * 8))?;
+        f.read_exact(&mut entries)
+    });
+    if read.is_err() {
+        return vec![(start, end)];
+    }
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for (i, e) in entries.chunks_exact(8).enumerate() {
+        let entry = u64::from_le_bytes(e.try_into().unwrap());
+        if entry & (3 << 62) == 0 {
+            continue;
+        }
+        let page = start + i as u64 * PAGE;
+        match runs.last_mut() {
+            Some(run) if run.1 == page => run.1 = page + PAGE,
+            _ => runs.push((page, page + PAGE)),
+        }
+    }
+    runs
 }
 
 /// Once a client has logged in and gone, the server's memory holds neither its password nor
@@ -786,5 +821,13 @@ fn no_password_or_key_outlives_the_login() {
             let found = occurrences_in_memory(rw.pid(), needle);
             assert!(found.is_empty(), "{method}: {what} is still at {found:#?}");
         }
+        // The scan finds what must be there: the StoredKey the server checks logins with.
+        let stored_key = base64::engine::general_purpose::STANDARD
+            .decode(rest.split_once('$').unwrap().1.split_once(':').unwrap().0)
+            .unwrap();
+        assert!(
+            !occurrences_in_memory(rw.pid(), &stored_key).is_empty(),
+            "{method}: the scan did not find the StoredKey"
+        );
     }
 }

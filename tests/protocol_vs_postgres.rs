@@ -231,6 +231,28 @@ fn cases() -> Vec<Case> {
             // PostgreSQL checks the type byte before it reads the body (SocketBackend).
             .step(Script::new().raw(b"z\0\0\x10\0"), Until::Close),
         Case::new("terminate after a query").step(Script::new().query("select 1").terminate(), Until::Close),
+        // Messages whose body should be empty, sent with one (found by a black-box hunt in
+        // session 25: ringwire skipped the Query after such a Sync waiting for another, and
+        // the upstream relay fell out of step at such a Flush).
+        Case::new("a Sync with a body is still a Sync")
+            .step(Script::new().raw(b"S\0\0\0\x07xyz").query("select 1"), Until::Ready(2)),
+        Case::new("a Flush with a body fails and skips to Sync").step(
+            Script::new().raw(b"H\0\0\0\x07xyz").sync().query("select 1"),
+            Until::Ready(2),
+        ),
+        Case::new("a Terminate with a body terminates")
+            .step(Script::new().raw(b"X\0\0\0\x07xyz"), Until::Close),
+        Case::new("a malformed Bind of a statement that exists").step(
+            Script::new()
+                .parse("s9", "select 9", &[])
+                .sync()
+                .raw(b"B\0\0\0\x09\0s9\0\0")
+                .sync()
+                .bind("", "s9")
+                .execute("", 0)
+                .sync(),
+            Until::Ready(3),
+        ),
         // ---- extended protocol ----
         Case::new("unnamed Parse/Bind/Describe/Execute/Sync").step(Script::new().extended("select 1+1 as two, 'x'::text as t"), Until::Ready(1)),
         Case::new("two pipelined unnamed queries, one Sync").step(

@@ -505,6 +505,23 @@ async fn a_parse_that_failed_or_was_skipped_makes_no_statement() {
     run(&mut m, "s7");
     sync(&mut m);
     steps.push(m);
+    // Found in review: undone newest first. A Parse and a Close of it, both skipped: no s5.
+    // A Close of s7 and a Parse of s7 again, both skipped: the first s7 stays.
+    let mut m = Vec::new();
+    parse(&mut m, "", "select 1/0");
+    run(&mut m, "");
+    parse(&mut m, "s5", "select 5");
+    encode_close(&mut m, Target::Statement, "s5");
+    encode_close(&mut m, Target::Statement, "s7");
+    parse(&mut m, "s7", "select 77");
+    sync(&mut m);
+    steps.push(m);
+    for name in ["s5", "s7"] {
+        let mut m = Vec::new();
+        run(&mut m, name);
+        sync(&mut m);
+        steps.push(m);
+    }
     // Another client has "select 4" prepared on the pool's one connection.
     let other = connect(&rw).await;
     other.prepare("select 4").await.unwrap();
@@ -592,6 +609,26 @@ async fn pipelined_copy_data_and_malformed_messages_get_postgres_replies() {
     encode_empty(&mut m, b'S');
     encode_query(&mut m, "select count(*) from piped2");
     steps.push((m, 2));
+    // Found in review. The data of an extended-protocol COPY in one write, its Sync in the
+    // next (relayed as two batches); and a COPY that fails before copying, its data sent
+    // along, then a COPY whose data the client sends once the server asks for it.
+    let mut split = Vec::new();
+    encode_parse(&mut split, "", "copy piped from stdin", &[]);
+    encode_bind(&mut split, "", "", &[], &[], &[]);
+    encode_execute(&mut split, "", 0);
+    encode_copy_data(&mut split, b"6\n");
+    encode_empty(&mut split, b'c');
+    let mut sync = Vec::new();
+    encode_empty(&mut sync, b'S');
+    let mut failing = Vec::new();
+    encode_query(&mut failing, "copy no_such_table from stdin");
+    encode_copy_data(&mut failing, b"7\n");
+    encode_empty(&mut failing, b'c');
+    encode_query(&mut failing, "copy piped2 from stdin");
+    let mut data = Vec::new();
+    encode_copy_data(&mut data, b"8\n");
+    encode_empty(&mut data, b'c');
+    encode_query(&mut data, "select count(*) from piped2");
     let mut transcripts = Vec::new();
     for addr in [format!("127.0.0.1:{}", pg.port), rw.addr()] {
         let mut a = raw_login_at(&addr);
@@ -599,6 +636,11 @@ async fn pipelined_copy_data_and_malformed_messages_get_postgres_replies() {
         for (m, ready) in &steps {
             t.push(raw_exchange(&mut a, m, *ready));
         }
+        std::io::Write::write_all(&mut a, &split).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        t.push(raw_exchange(&mut a, &sync, 1));
+        t.push(raw_exchange_until(&mut a, &failing, b'G', 1));
+        t.push(raw_exchange(&mut a, &data, 2));
         transcripts.push(t);
         direct(&pg)
             .await
@@ -613,6 +655,7 @@ async fn pipelined_copy_data_and_malformed_messages_get_postgres_replies() {
     let flat: Vec<_> = transcripts[0].concat();
     assert!(flat.contains(&(b'D', Some("4".into()))), "{flat:?}");
     assert!(flat.contains(&(b'E', Some("08P01".into()))), "{flat:?}");
+    assert!(flat.contains(&(b'E', Some("42P01".into()))), "{flat:?}");
 }
 
 /// A `DO` block that SETs runs code ringwire does not follow: it pins its client, which keeps

@@ -70,6 +70,14 @@ pub fn frame_bytes_needed(buf: &[u8]) -> Option<usize> {
 }
 
 /// The error every malformed message body turns into (PostgreSQL: "invalid message format").
+/// A read past the end of a message body: PostgreSQL's `pq_copymsgbytes` error, word for word.
+fn insufficient() -> PgError {
+    PgError::new(
+        SqlState::PROTOCOL_VIOLATION,
+        "insufficient data left in message",
+    )
+}
+
 pub(crate) fn malformed(what: &str) -> PgError {
     PgError::new(
         SqlState::PROTOCOL_VIOLATION,
@@ -98,10 +106,7 @@ impl<'a> Reader<'a> {
     }
 
     pub fn u8(&mut self) -> Result<u8, PgError> {
-        let (&b, rest) = self
-            .buf
-            .split_first()
-            .ok_or_else(|| malformed("unexpected end of message"))?;
+        let (&b, rest) = self.buf.split_first().ok_or_else(insufficient)?;
         self.buf = rest;
         Ok(b)
     }
@@ -122,7 +127,7 @@ impl<'a> Reader<'a> {
 
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], PgError> {
         if self.buf.len() < n {
-            return Err(malformed("unexpected end of message"));
+            return Err(insufficient());
         }
         let (head, rest) = self.buf.split_at(n);
         self.buf = rest;
@@ -138,12 +143,16 @@ impl<'a> Reader<'a> {
         utf8(s)
     }
 
-    /// Fails unless the whole body was consumed (PostgreSQL's `pq_getmsgend`).
+    /// Fails unless the whole body was consumed (PostgreSQL's `pq_getmsgend`, whose message
+    /// this is, word for word).
     pub fn finish(&self) -> Result<(), PgError> {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(malformed("unexpected trailing bytes"))
+            Err(PgError::new(
+                SqlState::PROTOCOL_VIOLATION,
+                "invalid message format",
+            ))
         }
     }
 }

@@ -504,6 +504,15 @@ impl<E: Engine> Conn<E> {
                         self.fail_simple(&mut out, e);
                         Ok(Flow::Continue)
                     }
+                    Err(e) if frame.tag == b'S' => {
+                        // A Sync with a body is still a Sync, as PostgreSQL reads it: it ends
+                        // any skip, and its error is followed by ReadyForQuery.
+                        self.skip_until_sync = false;
+                        self.fail_simple(&mut out, e);
+                        Ok(Flow::Continue)
+                    }
+                    // So is a Terminate with one: PostgreSQL never reads its body.
+                    Err(_) if frame.tag == b'X' => Ok(Flow::Terminate),
                     Err(e) => {
                         if !self.skip_until_sync {
                             self.fail_extended(&mut out, e);

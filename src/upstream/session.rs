@@ -316,6 +316,10 @@ enum Done {
     /// An Execute of a client statement that changes this setting: pending once it
     /// completes ([`ClientStatement::set`]).
     Set(SetChange),
+    /// An Execute (of a COPY) whose data and end the client sent right behind it, before the
+    /// server's CopyInResponse: the copies not begun yet that have them
+    /// (`Session::note_copy_fed`).
+    CopyFed(u32),
 }
 
 /// What a client Query does to the session's settings, as its replies come.
@@ -326,6 +330,9 @@ struct QueryDone {
     ends: Vec<QueryEnd>,
     /// CommandCompletes seen so far.
     completes: usize,
+    /// COPYs of it whose data and end the client sent right behind it, not begun yet
+    /// (`Session::note_copy_fed`).
+    copies_fed: u32,
 }
 
 enum Expect {
@@ -422,9 +429,6 @@ pub struct Session {
     /// (the client sent Sync, Flush or a Query after them).
     must_answer: usize,
     copy_in: bool,
-    /// CopyDone and CopyFail messages of this batch relayed before any CopyInResponse came:
-    /// that many COPYs of the batch have their data already ([`Session::translate`]).
-    copy_ends_sent: u32,
     /// A reply made here was an error: drop client messages until Sync, as the server would.
     skip_until_sync: bool,
     /// The held connection sent something while the client was idle that `relay_idle` leaves
@@ -786,7 +790,6 @@ impl Session {
             ran_user_code: false,
             untidied: false,
             batch_sets: false,
-            copy_ends_sent: 0,
             tidy_without_settings: false,
             expect: VecDeque::new(),
             must_answer: 0,
@@ -2400,7 +2403,6 @@ impl Session {
         // show.
         self.prediction_sure = !self.unsynced && self.expect.is_empty();
         self.batch_sets = false;
-        self.copy_ends_sent = 0;
         let settings_match = self
             .server
             .as_ref()
@@ -2889,7 +2891,7 @@ impl Session {
             FrontendMessage::CopyData { .. } => self.to_send.extend_from_slice(raw),
             FrontendMessage::CopyDone | FrontendMessage::CopyFail { .. } => {
                 self.to_send.extend_from_slice(raw);
-                self.copy_ends_sent += 1;
+                self.note_copy_fed();
             }
             FrontendMessage::Terminate => {}
             FrontendMessage::Password { .. } => {
@@ -3071,6 +3073,7 @@ impl Session {
             sets: fx.sets,
             ends,
             completes: 0,
+            copies_fed: 0,
         }
     }
 
@@ -3140,6 +3143,53 @@ impl Session {
         let mut sets = self.sets.clone();
         apply_set_changes(&mut sets, self.pending_sets.iter().cloned());
         Some(fingerprint(&self.startup_sets, &sets))
+    }
+
+    /// A CopyDone or CopyFail relayed outside copy mode: it ends the data of a COPY of the
+    /// Query or Execute right before it (still awaited: the server has not said it copies),
+    /// whose CopyInResponse then must not make the relay wait for the client. Anywhere else
+    /// the server ignores it, and so does this.
+    fn note_copy_fed(&mut self) {
+        match self.expect.back_mut() {
+            Some(Expect::Server {
+                kind: Kind::Query,
+                done: Done::Query(q),
+                ..
+            }) => q.copies_fed += 1,
+            Some(Expect::Server {
+                kind: Kind::Execute,
+                done: done @ (Done::Nothing | Done::CopyFed(_)),
+                ..
+            }) => {
+                *done = match done {
+                    Done::CopyFed(n) => Done::CopyFed(*n + 1),
+                    _ => Done::CopyFed(1),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The CopyInResponse at the front answers a COPY whose data already went out
+    /// ([`Session::note_copy_fed`]): counted off.
+    fn copy_fed_front(&mut self) -> bool {
+        match self.expect.front_mut() {
+            Some(Expect::Server {
+                done: Done::Query(q),
+                ..
+            }) if q.copies_fed > 0 => {
+                q.copies_fed -= 1;
+                true
+            }
+            Some(Expect::Server {
+                done: Done::CopyFed(n),
+                ..
+            }) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A SET sent in an earlier batch has not answered yet (an Execute of one with no Sync
@@ -3357,6 +3407,8 @@ impl Session {
     /// Handle the server's message at the front of the reply buffer. Returns true when the
     /// relay must wait for the client (COPY FROM STDIN began).
     fn on_reply(&mut self, tag: u8, len: usize, out: &mut Vec<u8>) -> bool {
+        // (Counted off here, before the reply is borrowed.)
+        let copy_fed = tag == b'G' && self.copy_fed_front();
         let server = self.server.as_ref().expect("replies outstanding");
         let raw = &server.buf.data()[..len];
         let Some(Expect::Server { kind, emit, done }) = self.expect.front() else {
@@ -3515,17 +3567,14 @@ impl Session {
                     // commit of the implicit transaction) is followed by its ReadyForQuery.
                     return false;
                 }
-                if let Some(e) = self.expect.pop_front() {
-                    self.undo(&e);
-                }
+                let failed = self.expect.pop_front();
                 self.must_answer -= 1;
-                self.skip_to_sync();
+                self.skip_to_sync_undoing(failed);
                 return false;
             }
-            (b'G', Kind::Query | Kind::Execute) if self.copy_ends_sent > 0 => {
-                // The client sent the data and its end in the same write as the COPY: the
-                // server has it all, and its replies go on.
-                self.copy_ends_sent -= 1;
+            (b'G', Kind::Query | Kind::Execute) if copy_fed => {
+                // The client sent the data and its end right behind the COPY, before this
+                // came: the server has it all, and its replies go on.
                 out.extend_from_slice(raw);
                 return false;
             }
@@ -3564,6 +3613,7 @@ impl Session {
             Some(b"ROLLBACK\0") if tag == b'C' => Some(false),
             _ => None,
         };
+        let set_tag = tag == b'C' && matches!(raw.get(5..), Some(b"SET\0" | b"RESET\0"));
         if emit {
             out.extend_from_slice(raw);
         }
@@ -3590,6 +3640,7 @@ impl Session {
         match done {
             Done::Prepared(id, _) => server.statements.confirmed(id),
             Done::Nothing
+            | Done::CopyFed(_)
             | Done::Bound(_)
             | Done::Unnamed(_)
             | Done::Replayed
@@ -3604,7 +3655,9 @@ impl Session {
             }
             Done::Query(done) => self.pending_sets.extend(done.sets),
             Done::Set(set) => {
-                if tag == b'C' {
+                // (Checked by its tag: a portal of the same name as one bound to a SET long
+                // ago may be a cursor SQL DECLAREd since.)
+                if set_tag {
                     self.pending_sets.push(set);
                 }
             }
@@ -3699,6 +3752,16 @@ impl Session {
     /// simple Query in between is dropped too: the server discards every message until Sync,
     /// Query included, and answers it nothing.
     fn skip_to_sync(&mut self) {
+        self.skip_to_sync_undoing(None);
+    }
+
+    /// [`Session::skip_to_sync`] after `failed`, the entry the error answered: it and every
+    /// entry skipped are undone newest first, as a Close of a statement parsed before it in
+    /// the skipped part must be undone before that Parse (and a Parse after a Close before
+    /// that Close).
+    fn skip_to_sync_undoing(&mut self, failed: Option<Expect>) {
+        let mut skipped: Vec<Expect> = failed.into_iter().collect();
+        let mut synced = false;
         while let Some(front) = self.expect.front() {
             if matches!(
                 front,
@@ -3707,15 +3770,21 @@ impl Session {
                     ..
                 }
             ) {
-                return;
+                synced = true;
+                break;
             }
             if let Some(e) = self.expect.pop_front() {
-                self.undo(&e);
+                skipped.push(e);
             }
             self.must_answer = self.must_answer.saturating_sub(1);
         }
-        // No Sync queued yet: the client's messages until its Sync are dropped here too.
-        self.skip_until_sync = true;
+        for e in skipped.iter().rev() {
+            self.undo(e);
+        }
+        if !synced {
+            // No Sync queued yet: the client's messages until its Sync are dropped here too.
+            self.skip_until_sync = true;
+        }
     }
 
     /// The upstream connection failed: the client gets 08006 where its statement's outcome
