@@ -516,11 +516,12 @@ impl PlanCache {
 }
 
 /// Most operators and keywords an expression may chain (`1+1+…`, `a AND b AND …`,
-/// `x::int::int…`, `x IS NULL IS NULL …`), counted along its deepest path ([`operator_depth`]). sqlparser builds such a chain as a tree as deep
-/// as the chain is long (its own recursion limit covers nesting, not chains), and planning,
-/// evaluating and dropping it recurse once per level: past this, 54001 as in PostgreSQL
-/// (whose limit is its `max_stack_depth`), before anything is built. At this depth a debug
-/// build uses about half of a shard's stack (`THREAD_STACK_BYTES` in main.rs).
+/// `x::int::int…`, `x IS NULL IS NULL …`), counted along its deepest path
+/// ([`operator_depth`]). sqlparser builds such a chain as a tree as deep as the chain is long
+/// (its own recursion limit covers nesting, not chains), and planning, evaluating and dropping
+/// it recurse once per level: past this, 54001 as in PostgreSQL (whose limit is its
+/// `max_stack_depth`), before anything is built. At this depth a debug build uses about half
+/// of a shard's stack (`THREAD_STACK_BYTES` in main.rs).
 pub const MAX_EXPRESSION_OPERATORS: usize = 10_000;
 
 /// An upper bound of how deep the expressions of `sql` nest through chains, which

@@ -444,6 +444,19 @@ async fn a_prepared_set_split_across_writes_is_recorded_and_keys_what_follows() 
     holder.batch_execute("commit").await.unwrap();
 }
 
+/// The replies `exchanges` gets on a raw connection to PostgreSQL directly and on one through
+/// `rw` (each a list of [`raw_exchange`]s), which must be the same; PostgreSQL's, flattened.
+fn same_replies_as_postgres(
+    pg: &Postgres,
+    rw: &Ringwire,
+    mut exchanges: impl FnMut(&mut std::net::TcpStream) -> Vec<Vec<(u8, Option<String>)>>,
+) -> Vec<(u8, Option<String>)> {
+    let at_pg = exchanges(&mut raw_login_at(&format!("127.0.0.1:{}", pg.port)));
+    let through = exchanges(&mut raw_login(rw));
+    assert_eq!(through, at_pg, "ringwire (left) vs PostgreSQL (right)");
+    at_pg.concat()
+}
+
 /// A client's Parse that fails, or that PostgreSQL skips after an earlier error of its batch,
 /// makes no statement, and a Close it skips closes none: the same messages through ringwire
 /// (pool of one, so that a statement another client prepared is answered from the cache) and
@@ -525,21 +538,10 @@ async fn a_parse_that_failed_or_was_skipped_makes_no_statement() {
     // Another client has "select 4" prepared on the pool's one connection.
     let other = connect(&rw).await;
     other.prepare("select 4").await.unwrap();
-    let mut transcripts = Vec::new();
-    for addr in [format!("127.0.0.1:{}", pg.port), rw.addr()] {
-        let mut a = raw_login_at(&addr);
-        let mut t = Vec::new();
-        for m in &steps {
-            t.push(raw_exchange(&mut a, m, 1));
-        }
-        transcripts.push(t);
-    }
-    assert_eq!(
-        transcripts[1], transcripts[0],
-        "ringwire (left) vs PostgreSQL (right)"
-    );
+    let flat = same_replies_as_postgres(&pg, &rw, |a| {
+        steps.iter().map(|m| raw_exchange(a, m, 1)).collect()
+    });
     // (And it says what it checked: s1 ran, s2 did not exist, s7 ran.)
-    let flat: Vec<_> = transcripts[0].concat();
     assert!(flat.contains(&(b'D', Some("2".into()))), "{flat:?}");
     assert!(flat.contains(&(b'E', Some("26000".into()))), "{flat:?}");
     assert!(flat.contains(&(b'D', Some("7".into()))), "{flat:?}");
@@ -629,30 +631,23 @@ async fn pipelined_copy_data_and_malformed_messages_get_postgres_replies() {
     encode_copy_data(&mut data, b"8\n");
     encode_empty(&mut data, b'c');
     encode_query(&mut data, "select count(*) from piped2");
-    let mut transcripts = Vec::new();
-    for addr in [format!("127.0.0.1:{}", pg.port), rw.addr()] {
-        let mut a = raw_login_at(&addr);
-        let mut t = Vec::new();
+    let flat = same_replies_as_postgres(&pg, &rw, |a| {
+        // (Each side starts from empty tables.)
+        let mut t = vec![raw_exchange(
+            a,
+            &protocol_query("truncate piped, piped2"),
+            1,
+        )];
         for (m, ready) in &steps {
-            t.push(raw_exchange(&mut a, m, *ready));
+            t.push(raw_exchange(a, m, *ready));
         }
-        std::io::Write::write_all(&mut a, &split).unwrap();
+        std::io::Write::write_all(a, &split).unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        t.push(raw_exchange(&mut a, &sync, 1));
-        t.push(raw_exchange_until(&mut a, &failing, b'G', 1));
-        t.push(raw_exchange(&mut a, &data, 2));
-        transcripts.push(t);
-        direct(&pg)
-            .await
-            .batch_execute("truncate piped, piped2")
-            .await
-            .unwrap();
-    }
-    assert_eq!(
-        transcripts[1], transcripts[0],
-        "ringwire (left) vs PostgreSQL (right)"
-    );
-    let flat: Vec<_> = transcripts[0].concat();
+        t.push(raw_exchange(a, &sync, 1));
+        t.push(raw_exchange_until(a, &failing, b'G', 1));
+        t.push(raw_exchange(a, &data, 2));
+        t
+    });
     assert!(flat.contains(&(b'D', Some("4".into()))), "{flat:?}");
     assert!(flat.contains(&(b'E', Some("08P01".into()))), "{flat:?}");
     assert!(flat.contains(&(b'E', Some("42P01".into()))), "{flat:?}");

@@ -69,7 +69,6 @@ pub fn frame_bytes_needed(buf: &[u8]) -> Option<usize> {
     Some(total.saturating_sub(buf.len()))
 }
 
-/// The error every malformed message body turns into (PostgreSQL: "invalid message format").
 /// A read past the end of a message body: PostgreSQL's `pq_copymsgbytes` error, word for word.
 fn insufficient() -> PgError {
     PgError::new(
@@ -78,6 +77,8 @@ fn insufficient() -> PgError {
     )
 }
 
+/// The error every other malformed message body turns into (PostgreSQL: "invalid message
+/// format").
 pub(crate) fn malformed(what: &str) -> PgError {
     PgError::new(
         SqlState::PROTOCOL_VIOLATION,
