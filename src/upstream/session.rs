@@ -2722,19 +2722,20 @@ impl Session {
                     // another client on this connection.)
                     self.pinned = true;
                 }
+                let key_settings = analysed_under.unwrap_or(self.settings);
                 let types: Box<[u8]> = param_types.iter().flat_map(u32::to_be_bytes).collect();
                 let upstream = (!name.is_empty()).then(|| {
                     self.shard.statement_id(&StatementKey {
                         sql: sql.into(),
                         param_types: types.clone(),
-                        settings: analysed_under.unwrap_or(self.settings),
+                        settings: key_settings,
                     })
                 });
                 let stmt = Rc::new(ClientStatement {
                     sql: sql.into(),
                     param_types: types,
                     upstream: Cell::new(upstream),
-                    settings: Cell::new(analysed_under.unwrap_or(self.settings)),
+                    settings: Cell::new(key_settings),
                     route: OnceCell::new(),
                     autocommit: self
                         .shard
@@ -2775,9 +2776,7 @@ impl Session {
                 self.untidied |= stmt.user_code;
                 // (A SET after it in the block pins the session: `note_effects`.)
                 self.savepoint_in_tx |= stmt.savepoint;
-                if !self.portal_sets.is_empty() {
-                    self.portal_sets.retain(|(p, _)| **p != *bind.portal);
-                }
+                self.forget_portal_set(bind.portal);
                 if let Some(set) = &stmt.set {
                     if self.portal_sets.len() == PORTAL_SETS_MAX {
                         // Many portals of SETs at once, some perhaps long ended: the session
@@ -2867,9 +2866,7 @@ impl Session {
                 target: Target::Portal,
                 name,
             } => {
-                if !self.portal_sets.is_empty() {
-                    self.portal_sets.retain(|(p, _)| **p != *name);
-                }
+                self.forget_portal_set(name);
                 self.to_send.extend_from_slice(raw);
                 self.push(Kind::Close, true, Done::Nothing);
             }
@@ -3189,6 +3186,13 @@ impl Session {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// `portal` is bound anew or closed: it runs no SET of [`Session::portal_sets`] any more.
+    fn forget_portal_set(&mut self, portal: &str) {
+        if !self.portal_sets.is_empty() {
+            self.portal_sets.retain(|(p, _)| **p != *portal);
         }
     }
 
