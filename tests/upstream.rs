@@ -2140,6 +2140,103 @@ async fn a_statement_whose_result_type_changed_is_prepared_afresh_for_new_parses
     assert_eq!(a.query(&again, &[]).await.unwrap()[0].len(), 2);
 }
 
+/// After a schema change, a statement a client parses is the new one, as at PostgreSQL, even
+/// where ringwire answers the Parse from a connection that prepared the text before the
+/// change. The client here sends what node-postgres sends for a named query (Parse, Bind,
+/// Describe portal, Execute, Sync; then the same without the Parse): through ringwire and at
+/// PostgreSQL it gets the same replies. Before, its every execution failed with 0A000 "cached
+/// plan must not change result type" (node-postgres never parses a name again). A client
+/// that holds the old row description (it described the statement before the change) still
+/// gets 0A000, as at PostgreSQL, also on an upstream connection opened after the change,
+/// where preparing the text again would have sent it rows of the new type under the old
+/// description.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_parsed_after_a_schema_change_has_the_new_result_type() {
+    use protocol::frontend::encode_parse;
+    use protocol::frontend::Target;
+    use protocol::frontend::{encode_bind, encode_describe, encode_empty, encode_execute};
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let admin = direct(&pg).await;
+    admin
+        .batch_execute("create table d (x int); insert into d values (1)")
+        .await
+        .unwrap();
+    let run = |m: &mut Vec<u8>, name: &str| {
+        encode_bind(m, "", name, &[], &[], &[]);
+        encode_execute(m, "", 0);
+        encode_empty(m, b'S');
+    };
+    // A client that describes the statement (as pgx, pgjdbc and tokio-postgres do) and runs
+    // it: the pool's one connection has it prepared.
+    let mut old = raw_login(&rw);
+    let mut m = Vec::new();
+    encode_parse(&mut m, "s", "select * from d", &[]);
+    encode_describe(&mut m, Target::Statement, "s");
+    run(&mut m, "s");
+    let replies = raw_exchange(&mut old, &m, 1);
+    assert!(replies.contains(&(b'D', Some("1".into()))), "{replies:?}");
+    admin
+        .batch_execute("alter table d alter column x type text using 'changed'")
+        .await
+        .unwrap();
+    let node_query = |parse: bool| {
+        let mut m = Vec::new();
+        if parse {
+            encode_parse(&mut m, "q", "select * from d", &[]);
+        }
+        encode_bind(&mut m, "", "q", &[], &[], &[]);
+        encode_describe(&mut m, Target::Portal, "");
+        encode_execute(&mut m, "", 0);
+        encode_empty(&mut m, b'S');
+        m
+    };
+    let flat = same_replies_as_postgres(&pg, &rw, |c| {
+        vec![
+            raw_exchange(c, &node_query(true), 1),
+            raw_exchange(c, &node_query(false), 1),
+        ]
+    });
+    assert_eq!(
+        flat.iter()
+            .filter(|m| **m == (b'D', Some("changed".into())))
+            .count(),
+        2,
+        "{flat:?}"
+    );
+    // The client that described it before the change keeps failing, as at PostgreSQL: on the
+    // connection that has the old statement, and on one opened since.
+    let refused = (b'E', Some("0A000".to_string()));
+    let mut m = Vec::new();
+    run(&mut m, "s");
+    assert!(raw_exchange(&mut old, &m, 1).contains(&refused));
+    admin
+        .batch_execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity \
+             where pid <> pg_backend_pid() and backend_type = 'client backend'",
+        )
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let replies = raw_exchange(&mut old, &m, 1);
+        assert!(replies.contains(&refused), "{replies:?}");
+    }
+    // Prepared again, it has the new type; a new node-postgres-like client works at once.
+    let mut m = Vec::new();
+    encode_parse(&mut m, "s2", "select * from d", &[]);
+    run(&mut m, "s2");
+    let replies = raw_exchange(&mut old, &m, 1);
+    assert!(
+        replies.contains(&(b'D', Some("changed".into()))),
+        "{replies:?}"
+    );
+    let replies = raw_exchange(&mut raw_login(&rw), &node_query(true), 1);
+    assert!(
+        replies.contains(&(b'D', Some("changed".into()))),
+        "{replies:?}"
+    );
+}
+
 /// Code stored upstream can drop the statements ringwire prepared on its connection (a
 /// function's `EXECUTE 'DEALLOCATE ALL'`). The next use of one there fails once, with
 /// PostgreSQL's 26000 and a detail that says why, and the connection is closed as it goes

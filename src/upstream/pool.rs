@@ -193,6 +193,10 @@ pub struct ShardUpstream {
     /// Upstream name (`ringwire_<id>`) of every statement some client of this shard prepared.
     statements: RefCell<HashMap<StatementKey, u32>>,
     next_statement: Cell<u32>,
+    /// Upstream statements a server refused to run again with 0A000, "cached plan must not
+    /// change result type" ([`ShardUpstream::forget_statement`]). Client statements still
+    /// name them (see `Session::refused`); one id per statement a schema change caught.
+    refused: RefCell<std::collections::HashSet<u32>>,
     /// For `--metrics-listen` (`stats.rs`).
     pub counters: super::stats::Counters,
 }
@@ -513,6 +517,7 @@ impl ShardUpstream {
             replica_turn: Cell::new(0),
             statements: RefCell::new(HashMap::new()),
             next_statement: Cell::new(1),
+            refused: RefCell::default(),
             pipes: RefCell::new(Vec::new()),
             pipeline_depth: upstreams.pipeline_depth,
             trust_functions: upstreams.trust_functions,
@@ -1258,9 +1263,18 @@ impl ShardUpstream {
     }
 
     /// Forget a statement whose plan the server refused to reuse (0A000): the next Parse of
-    /// the same text gets a new upstream name, prepared afresh.
+    /// the same text gets a new upstream name, prepared afresh, and the name is marked
+    /// refused ([`ShardUpstream::refused`]).
     pub fn forget_statement(&self, id: u32) {
         self.statements.borrow_mut().retain(|_, v| *v != id);
+        self.refused.borrow_mut().insert(id);
+    }
+
+    /// A server refused upstream statement `id` since it was prepared: a schema change
+    /// changed its result type, so copies of it on different connections may differ.
+    pub fn refused(&self, id: u32) -> bool {
+        let refused = self.refused.borrow();
+        !refused.is_empty() && refused.contains(&id)
     }
 }
 

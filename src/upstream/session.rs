@@ -137,6 +137,9 @@ pub struct ClientStatement {
     /// every statement so): pending once an Execute of it completes, as a Query's SET is
     /// (`Session::portal_sets`).
     set: Option<SetChange>,
+    /// The client was sent its row description (a Describe of the statement answered): it
+    /// holds that result type from then on, as it would at PostgreSQL (`Session::refused`).
+    described: Cell<bool>,
 }
 
 impl ClientStatement {
@@ -145,6 +148,15 @@ impl ClientStatement {
     /// untidied (whether the tidy may follow it), so that nothing else pays for the scan.
     fn route(&self) -> Route {
         *self.route.get_or_init(|| route(&self.sql))
+    }
+
+    /// Its key with the settings its upstream statement was keyed under.
+    fn key(&self) -> StatementKey {
+        StatementKey {
+            sql: self.sql.clone(),
+            param_types: self.param_types.clone(),
+            settings: self.settings.get(),
+        }
     }
 
     fn upstream_name(&self) -> String {
@@ -291,9 +303,10 @@ enum Done {
     Prepared(u32, Option<Rc<ClientStatement>>),
     /// A Parse of the unnamed statement from this client statement (marked when queued).
     Unnamed(Rc<ClientStatement>),
-    /// Bind or Describe of this upstream statement (0A000 forgets it; 26000 closes the
-    /// connection as it goes back: `ConnStatements::lost`).
-    Bound(u32),
+    /// Bind or Describe of this upstream statement, from this client statement (0A000 forgets
+    /// it: `Session::refused`; 26000 closes the connection as it goes back:
+    /// `ConnStatements::lost`).
+    Bound(u32, Rc<ClientStatement>),
     /// The settings replay finished: the connection has the session's settings.
     Settings(u64),
     /// One statement of the settings replay before its last (see `queue_settings_replay`),
@@ -469,6 +482,14 @@ pub struct Session {
     /// The replica read failed before any reply reached the client: run it on the primary
     /// (and take the replica out of rotation if `.0`).
     retry_on_primary: Option<(bool, String)>,
+    /// Names of the client statements this batch's Parses made, undone if it runs again.
+    batch_parsed: Vec<Box<str>>,
+    /// An Execute or Query of this batch was answered.
+    batch_ran: bool,
+    /// A Bind or Describe of this batch failed on an upstream statement the server refused
+    /// to reuse (0A000), before anything of the batch ran or reached the client: the batch
+    /// may run again on the statement prepared afresh (`relay_part`).
+    rerun_refused: bool,
     /// The session's read-only transaction moved here from a replica (`move_replica_tx`):
     /// the next batch begins it again on its connection first (`run_batch`).
     begin_again: Option<String>,
@@ -808,6 +829,9 @@ impl Session {
             replica_read: None,
             flushed_mid_batch: false,
             retry_on_primary: None,
+            batch_parsed: Vec::new(),
+            batch_ran: false,
+            rerun_refused: false,
             begin_again: None,
             moved_replay: String::new(),
             moved_replay_next: String::new(),
@@ -1394,6 +1418,32 @@ impl Session {
             self.recounting = false;
             rerun?;
         }
+        if std::mem::take(&mut self.rerun_refused)
+            && self.tx == b'I'
+            && self.expect.is_empty()
+            && !self.unsynced
+            && self.server.is_some()
+            && one_unit_of_statements(frames)
+        {
+            // A Bind or Describe failed on an upstream statement prepared before a schema
+            // change, for a client statement whose row description the client was never sent
+            // (its Parse answered from a connection that had the statement, or parsed before
+            // the change and never described): it now names a statement prepared afresh. The
+            // batch is one Sync's worth of extended-protocol messages and none of its Executes
+            // ran (the error rolled back its implicit transaction, and its replies so far are
+            // still here): it runs again, once, as if its Parse had come after the change, as
+            // it may have. Its Parses made statements the rerun parses again.
+            log::debug!("batch run again on a statement prepared after a schema change");
+            out.truncate(out_start);
+            for name in std::mem::take(&mut self.batch_parsed) {
+                self.statements.remove(&name);
+            }
+            self.recounting = true;
+            let rerun = self.run_batch(frames, cancel, out, client).await;
+            self.recounting = false;
+            self.rerun_refused = false;
+            rerun?;
+        }
         self.replica_read = None;
         if let Some(tx) = self.replica_tx.as_mut() {
             tx.first_batch = false;
@@ -1816,6 +1866,10 @@ impl Session {
                 }
                 let stmt = self.statements.get(name)?;
                 needs.shape = combine_shapes(needs.shape, stmt.autocommit?);
+                if stmt.upstream.get().is_some_and(|id| self.shard.refused(id)) {
+                    // (`Session::refused` decides on a connection of its own.)
+                    return None;
+                }
                 if stmt.upstream.get().is_some() {
                     // The pipe's connection may lack it: its Parse goes out with the unit,
                     // analysed under the session's settings, which must be its key's.
@@ -2397,6 +2451,9 @@ impl Session {
         client: &mut (dyn AsyncWrite + Unpin),
     ) -> Result<(), PgError> {
         self.to_send.clear();
+        self.batch_parsed.clear();
+        self.batch_ran = false;
+        self.rerun_refused = false;
         self.predicted_open = self.tx != b'I';
         // A batch that continues extended-protocol work no Sync closed yet, or that follows
         // replies still awaited, may be inside a transaction the last ReadyForQuery did not
@@ -2745,8 +2802,12 @@ impl Session {
                     user_code: !self.shard.trust_functions && runs_user_code(sql),
                     savepoint: fx.savepoint,
                     set,
+                    described: Cell::new(false),
                 });
                 self.statements.insert(name.into(), stmt.clone());
+                if !name.is_empty() {
+                    self.batch_parsed.push(name.into());
+                }
                 let server = self.server.as_ref().expect("held while translating");
                 match upstream {
                     Some(id) if server.statements.has(id, self.id) => {
@@ -2771,6 +2832,9 @@ impl Session {
                     self.push_local(Local::Error(no_statement(bind.statement)));
                     return Ok(());
                 };
+                if self.refused(&stmt) {
+                    return Ok(());
+                }
                 self.ensure_prepared(&stmt);
                 self.ran_user_code |= stmt.user_code;
                 self.untidied |= stmt.user_code;
@@ -2807,7 +2871,10 @@ impl Session {
                 put_cstr(&mut self.to_send, &stmt.upstream_name());
                 self.to_send.extend_from_slice(&body[stmt_end..]);
                 protocol::wire::finish_message(&mut self.to_send, start);
-                let done = stmt.upstream.get().map_or(Done::Nothing, Done::Bound);
+                let done = stmt
+                    .upstream
+                    .get()
+                    .map_or(Done::Nothing, |id| Done::Bound(id, stmt.clone()));
                 self.push(Kind::Bind, true, done);
             }
             FrontendMessage::Describe {
@@ -2818,13 +2885,19 @@ impl Session {
                     self.push_local(Local::Error(no_statement(name)));
                     return Ok(());
                 };
+                if self.refused(&stmt) {
+                    return Ok(());
+                }
                 self.ensure_prepared(&stmt);
                 frontend::encode_describe(
                     &mut self.to_send,
                     Target::Statement,
                     &stmt.upstream_name(),
                 );
-                let done = stmt.upstream.get().map_or(Done::Nothing, Done::Bound);
+                let done = stmt
+                    .upstream
+                    .get()
+                    .map_or(Done::Nothing, |id| Done::Bound(id, stmt));
                 self.push(Kind::DescribeStatement, true, done);
             }
             FrontendMessage::Describe {
@@ -3003,6 +3076,39 @@ impl Session {
     }
 
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
+    /// Before a Bind or Describe of `stmt`: whether its upstream statement was refused since
+    /// it was prepared ([`ShardUpstream::refused`]), and so a schema change changed its result
+    /// type (a copy of it made since, on another connection or again on one that lacked it,
+    /// has the new type). A statement whose row description its client was never sent takes
+    /// the statement its text is prepared as now: nothing the client holds says otherwise
+    /// (node-postgres and libpq's `PQexecPrepared` describe the portal at each execution).
+    /// One whose row description the client holds fails here with PostgreSQL's 0A000, as its
+    /// own would, on a connection that lacks the refused statement: made again there it would
+    /// return rows of the new type under the old description. (Where the connection has it,
+    /// the server answers.) Returns whether it was answered here.
+    fn refused(&mut self, stmt: &ClientStatement) -> bool {
+        let Some(id) = stmt.upstream.get() else {
+            return false;
+        };
+        if !self.shard.refused(id) {
+            return false;
+        }
+        if !stmt.described.get() {
+            stmt.upstream
+                .set(Some(self.shard.statement_id(&stmt.key())));
+            return false;
+        }
+        let server = self.server.as_ref().expect("held while translating");
+        if server.statements.has(id, self.id) {
+            return false;
+        }
+        self.push_local(Local::Error(PgError::new(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            "cached plan must not change result type",
+        )));
+        true
+    }
+
     fn ensure_prepared(&mut self, stmt: &Rc<ClientStatement>) {
         let server = self.server.as_ref().expect("held while translating");
         let present = match stmt.upstream.get() {
@@ -3532,9 +3638,9 @@ impl Session {
                 }
                 let bound = match self.expect.front() {
                     Some(Expect::Server {
-                        done: Done::Bound(id),
+                        done: Done::Bound(id, stmt),
                         ..
-                    }) => Some(*id),
+                    }) => Some((*id, stmt.clone())),
                     _ => None,
                 };
                 if code.as_deref() == Some("26000") && bound.is_some() {
@@ -3553,17 +3659,21 @@ impl Session {
                     out.extend_from_slice(raw);
                 }
                 self.tx_rolled_back = true;
-                if code.as_deref() == Some("0A000") {
-                    if let Some(Expect::Server {
-                        done: Done::Bound(id),
-                        ..
-                    }) = self.expect.front()
-                    {
-                        // "cached plan must not change result type": the next Parse of this
-                        // text (by any client of the shard) prepares a new upstream statement.
-                        // Statements already prepared keep failing, as PostgreSQL's own do:
-                        // their clients hold the old row description.
-                        self.shard.forget_statement(*id);
+                if let (Some("0A000"), Some((id, stmt))) = (code.as_deref(), bound) {
+                    // "cached plan must not change result type": the next Parse of this text
+                    // (by any client of the shard) prepares a new upstream statement. A
+                    // client statement whose row description its client holds keeps failing,
+                    // as at PostgreSQL (`Session::refused`); one it does not takes the new
+                    // statement now, and where nothing of the batch ran or reached the client
+                    // yet, the batch runs again without this error (`relay_part`).
+                    self.shard.forget_statement(id);
+                    if !stmt.described.get() {
+                        stmt.upstream
+                            .set(Some(self.shard.statement_id(&stmt.key())));
+                        self.rerun_refused = !self.batch_ran
+                            && !self.flushed_mid_batch
+                            && self.retry_on_primary.is_none()
+                            && self.replica_read.is_none();
                     }
                 }
                 if matches!(kind, Kind::Query | Kind::Sync) {
@@ -3640,12 +3750,17 @@ impl Session {
             unreachable!()
         };
         self.must_answer -= 1;
+        self.batch_ran |= emit && matches!(kind, Kind::Execute | Kind::Query);
         let server = self.server.as_mut().expect("held");
         match done {
             Done::Prepared(id, _) => server.statements.confirmed(id),
+            Done::Bound(_, stmt) => {
+                if kind == Kind::DescribeStatement {
+                    stmt.described.set(true);
+                }
+            }
             Done::Nothing
             | Done::CopyFed(_)
-            | Done::Bound(_)
             | Done::Unnamed(_)
             | Done::Replayed
             | Done::Discarded
@@ -3956,6 +4071,22 @@ impl UnsyncedQuery {
 }
 
 /// The batch has Parse or Close messages (which change the client's statement names).
+/// Whether `frames` are Parse, Bind, Describe and Execute messages closed by one Sync, its
+/// last: what a driver sends to run one statement (`Session::relay_part` may run such a
+/// batch again).
+fn one_unit_of_statements(frames: &[u8]) -> bool {
+    let mut rest = frames;
+    while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+        rest = &rest[len..];
+        match frame.tag {
+            b'P' | b'B' | b'D' | b'E' => {}
+            b'S' => return rest.is_empty(),
+            _ => return false,
+        }
+    }
+    false
+}
+
 fn frames_name_statements(frames: &[u8]) -> bool {
     let mut rest = frames;
     while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
