@@ -178,6 +178,10 @@ pub struct Session {
     pending_copy: Option<Arc<TablePlan>>,
     /// Set while a simple Query runs (COPY FROM STDIN is only offered there).
     in_simple_query: bool,
+    /// The open block is a Query's implicit transaction (its text holds several statements,
+    /// `Frontend::simple_query_inner`): it commits when the Query ends, rolls back at an
+    /// error, becomes a block of the client's at BEGIN, and COMMIT or ROLLBACK warn in it.
+    implicit: bool,
     /// LISTEN/NOTIFY: what the open transaction will do at commit, and the inbox.
     notify: SessionNotify,
 }
@@ -234,6 +238,20 @@ fn written_table(plan: &TablePlan) -> Option<crate::compute::TableId> {
         TablePlan::Delete(p) => Some(p.table),
         TablePlan::CopyFrom { table, .. } => Some(table.id),
         _ => None,
+    }
+}
+
+/// Whether a statement writes to tables (its implicit transaction must be able to roll back).
+fn writes(prepared: &Prepared) -> bool {
+    match &prepared.plan {
+        Plan::Table(plan) => matches!(
+            **plan,
+            TablePlan::Insert(_)
+                | TablePlan::Update(_)
+                | TablePlan::Delete(_)
+                | TablePlan::Truncate { .. }
+        ),
+        _ => false,
     }
 }
 
@@ -1297,7 +1315,7 @@ impl Frontend {
         commit: bool,
     ) -> Result<&'static str, PgError> {
         let commit = commit && *cx.tx != TransactionStatus::Failed;
-        if *cx.tx == TransactionStatus::Idle {
+        if *cx.tx == TransactionStatus::Idle || std::mem::take(&mut cx.session.implicit) {
             let e = warning(
                 SqlState::NO_ACTIVE_SQL_TRANSACTION,
                 "there is no transaction in progress",
@@ -2069,7 +2087,11 @@ impl Frontend {
                 "RESET"
             }
             Plan::Begin { tag, modes } => {
-                if in_block {
+                if session.implicit {
+                    // As in PostgreSQL, the Query's implicit transaction, with what ran in
+                    // it so far, becomes the block.
+                    session.implicit = false;
+                } else if in_block {
                     backend::write_notice(
                         cx.out,
                         &warning(
@@ -2218,12 +2240,41 @@ impl Frontend {
             backend::write_empty_query_response(cx.out);
             return Ok(());
         }
-        for stmt in &statements {
+        // Several statements in one Query run in one transaction, as in PostgreSQL: an error
+        // in one undoes those before it (unless a COMMIT came between).
+        let implicit = statements.len() > 1;
+        self.run_statements(cx, sql, &statements, implicit).await
+    }
+
+    /// End the implicit transaction (`Session::implicit`) if one is open: commit it unless
+    /// `failed` or the block failed, else roll it back.
+    async fn end_implicit(&self, cx: &mut Cx<'_, Self>, failed: bool) -> Result<(), PgError> {
+        if !std::mem::take(&mut cx.session.implicit) {
+            return Ok(());
+        }
+        // (Ended here, it is no COMMIT of the client's: no warning.)
+        self.end_block(cx, !failed).await.map(|_| ())
+    }
+
+    /// The statements of one Query, in turn; `implicit`: each that starts outside a block
+    /// opens the Query's implicit transaction (`Session::implicit`).
+    async fn run_statements(
+        &self,
+        cx: &mut Cx<'_, Self>,
+        sql: &str,
+        statements: &[Statement],
+        implicit: bool,
+    ) -> Result<(), PgError> {
+        for stmt in statements {
             // In a failed transaction only COMMIT/ROLLBACK run; don't even plan the rest.
             if *cx.tx == TransactionStatus::Failed
                 && !matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. })
             {
                 return Err(aborted());
+            }
+            if implicit && *cx.tx == TransactionStatus::Idle {
+                *cx.tx = TransactionStatus::InBlock;
+                cx.session.implicit = true;
             }
             let text = cx.session.settings.text_context();
             let prepared = Rc::new(self.prepare(Some(stmt), Vec::new(), sql, text, true)?);
@@ -2400,6 +2451,7 @@ impl Engine for Frontend {
             block: None,
             pending_copy: None,
             in_simple_query: false,
+            implicit: false,
             notify: SessionNotify::default(),
         })
     }
@@ -2416,7 +2468,15 @@ impl Engine for Frontend {
         cx.session.in_simple_query = true;
         let result = self.simple_query_inner(cx, sql).await;
         cx.session.in_simple_query = false;
-        result
+        // The Query's implicit transaction, or the extended protocol's one it joined (a Query
+        // ends that too, as in PostgreSQL).
+        let ended = self.end_implicit(cx, result.is_err()).await;
+        result.and(ended)
+    }
+
+    async fn sync(&self, cx: &mut Cx<'_, Self>) -> Result<(), PgError> {
+        let failed = *cx.tx == TransactionStatus::Failed;
+        self.end_implicit(cx, failed).await
     }
 
     async fn copy_in_done(
@@ -2626,6 +2686,14 @@ impl Engine for Frontend {
                 write_select_tag(cx.out, &portal.statement.plan, 0);
             }
             return Ok(Execution::Complete);
+        }
+        if *cx.tx == TransactionStatus::Idle && !cx.sync_follows && writes(&portal.statement) {
+            // A write with more of its batch to come before the Sync: as in PostgreSQL, what
+            // runs up to the Sync is one transaction (an error undoes it, a client gone before
+            // the Sync never commits it; JDBC's executeBatch and pgx's batches rely on it).
+            // Followed by its Sync, it commits in one step as before.
+            *cx.tx = TransactionStatus::InBlock;
+            cx.session.implicit = true;
         }
         let statement = portal.statement.clone();
         if portal.scan.is_some() {

@@ -121,6 +121,7 @@ macro_rules! inner_cx {
             copy_in: &mut *$cx.copy_in,
             client: $cx.client.as_mut().map(|c| c.reborrow()),
             clock: $cx.clock,
+            sync_follows: $cx.sync_follows,
         }
     };
 }
@@ -174,6 +175,9 @@ impl Engine for Counted {
         data: Result<Vec<u8>, PgError>,
     ) -> Result<(), PgError> {
         InEngine(self.0.copy_in_done(&mut inner_cx!(cx), data)).await
+    }
+    async fn sync(&self, cx: &mut Cx<'_, Self>) -> Result<(), PgError> {
+        InEngine(self.0.sync(&mut inner_cx!(cx))).await
     }
     fn end_of_cycle(
         &self,

@@ -254,6 +254,43 @@ fn cases() -> Vec<Case> {
             Until::Ready(3),
         ),
         // ---- extended protocol ----
+        // What runs up to a Sync is one transaction (JDBC's executeBatch and pgx's batches
+        // send many Executes and one Sync): an error undoes the writes before it, a later
+        // statement of the batch sees them, and a batch whose client leaves before its Sync
+        // is never committed. Before session 26 ringwire committed each Execute.
+        Case::new("an extended batch is one transaction up to its Sync")
+            .query("create table xb (a int primary key)")
+            .step(
+                Script::new()
+                    .parse("ins", "insert into xb values ($1)", &[23])
+                    .bind_text("", "ins", &["1"])
+                    .execute("", 0)
+                    .bind_text("", "ins", &["1"])
+                    .execute("", 0)
+                    .sync()
+                    .bind_text("", "ins", &["2"])
+                    .execute("", 0)
+                    .bind_text("", "ins", &["3"])
+                    .execute("", 0)
+                    .parse("", "select count(*) from xb", &[])
+                    .bind("", "")
+                    .execute("", 0)
+                    .sync()
+                    .query("select a + 0 as a from xb order by 1"),
+                Until::Ready(3),
+            ),
+        Case::new("an extended batch whose client leaves before its Sync commits nothing")
+            .step(
+                Script::new()
+                    .parse("", "insert into xb values (10)", &[])
+                    .bind("", "")
+                    .execute("", 0)
+                    .flush()
+                    .terminate(),
+                Until::Close,
+            ),
+        Case::new("an extended batch left before its Sync is not there")
+            .query("select count(*) from xb where a = 10; drop table xb"),
         Case::new("unnamed Parse/Bind/Describe/Execute/Sync").step(Script::new().extended("select 1+1 as two, 'x'::text as t"), Until::Ready(1)),
         Case::new("two pipelined unnamed queries, one Sync").step(
             Script::new()

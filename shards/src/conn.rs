@@ -366,6 +366,7 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
         cycle_open: false,
         flush_requested: Cell::new(false),
         fresh_read: Cell::new(false),
+        sync_next: false,
     })
 }
 
@@ -396,6 +397,8 @@ pub(crate) struct Conn<E: Engine> {
     /// The bytes being handled came in while the connection waited for them: the first
     /// statement they start may share its driver turn's clock read ([`StatementClock`]).
     fresh_read: Cell<bool>,
+    /// The message being handled is followed by a Sync already received ([`Cx::sync_follows`]).
+    sync_next: bool,
 }
 
 /// Borrow the disjoint pieces of a connection an engine call needs.
@@ -416,6 +419,7 @@ macro_rules! cx {
             copy_in: &mut $self.copy_in_started,
             client: $client,
             clock: StatementClock::new(&$self.fresh_read),
+            sync_follows: false,
         }
     };
 }
@@ -480,6 +484,7 @@ impl<E: Engine> Conn<E> {
                 self.cycle_open = true;
                 let flow = match FrontendMessage::parse(frame) {
                     Ok(msg) => {
+                        self.sync_next = rbuf.data().get(n) == Some(&b'S');
                         let flow = self.handle(msg, &mut out, stream).await;
                         // Only the first statement of the bytes waited for may share the
                         // turn's clock read: once anything that runs SQL has (Query, Execute,
@@ -872,6 +877,7 @@ impl<E: Engine> Conn<E> {
                     copy_in: &mut self.copy_in_started,
                     client: Some(ClientOut::new(stream, Some(&self.shard.metrics))),
                     clock: StatementClock::new(&self.fresh_read),
+                    sync_follows: self.sync_next,
                 };
                 let result = {
                     let execution = std::pin::pin!(engine.execute(&mut cx, p, max_rows));
@@ -897,7 +903,11 @@ impl<E: Engine> Conn<E> {
             }
             FrontendMessage::Sync => {
                 self.skip_until_sync = false;
-                self.ready_for_query(out);
+                match engine.sync(&mut cx!(self, out)).await {
+                    Ok(()) => self.ready_for_query(out),
+                    Err(e) if e.severity == Severity::Fatal => return Err(e),
+                    Err(e) => self.fail_simple(out, e),
+                }
             }
             FrontendMessage::Flush => self.flush_requested.set(true),
             FrontendMessage::Terminate => return Ok(Flow::Terminate),

@@ -121,6 +121,9 @@ pub struct Cx<'a, E: Engine + ?Sized> {
     pub client: Option<ClientOut<'a>>,
     /// When a statement starting now started (its `statement_timestamp()`).
     pub clock: crate::time::StatementClock<'a>,
+    /// An Execute whose next message, already received, is a Sync: the implicit transaction
+    /// it runs in ends right after it (an engine may commit it in one step).
+    pub sync_follows: bool,
 }
 
 /// The connection's socket as a statement sees it: it can only write whole messages already
@@ -270,6 +273,13 @@ pub trait Engine: 'static {
         cx: &mut Cx<'_, Self>,
         data: Result<Vec<u8>, PgError>,
     ) -> Result<(), PgError>;
+
+    /// A Sync: the extended protocol's implicit transaction ends here (commits, or after an
+    /// error rolls back), before [`Engine::end_of_cycle`] and ReadyForQuery. An error is
+    /// reported before the ReadyForQuery.
+    async fn sync(&self, _cx: &mut Cx<'_, Self>) -> Result<(), PgError> {
+        Ok(())
+    }
 
     /// Called just before every ReadyForQuery. `tx` is the status about to be reported;
     /// `error_in_cycle` says whether an error was reported since the last ReadyForQuery (an
