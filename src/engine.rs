@@ -178,9 +178,11 @@ pub struct Session {
     pending_copy: Option<Arc<TablePlan>>,
     /// Set while a simple Query runs (COPY FROM STDIN is only offered there).
     in_simple_query: bool,
-    /// The open block is a Query's implicit transaction (its text holds several statements,
-    /// `Frontend::simple_query_inner`): it commits when the Query ends, rolls back at an
-    /// error, becomes a block of the client's at BEGIN, and COMMIT or ROLLBACK warn in it.
+    /// The open block is an implicit transaction: a Query's whose text holds several
+    /// statements (`Frontend::simple_query_inner`), or the extended protocol's, opened by a
+    /// write with more to come before its Sync (`Engine::execute`). It commits when the Query
+    /// ends or at the Sync, rolls back at an error, becomes a block of the client's at BEGIN,
+    /// and COMMIT or ROLLBACK warn in it.
     implicit: bool,
     /// LISTEN/NOTIFY: what the open transaction will do at commit, and the inbox.
     notify: SessionNotify,
@@ -2253,7 +2255,13 @@ impl Frontend {
             return Ok(());
         }
         // (Ended here, it is no COMMIT of the client's: no warning.)
-        self.end_block(cx, !failed).await.map(|_| ())
+        let ended = self.end_block(cx, !failed).await.map(|_| ());
+        if ended.is_err() {
+            // The client never opened a block: whatever failed, it is not left in one
+            // (`end_of_cycle` drops the transaction's settings and notifications).
+            *cx.tx = TransactionStatus::Idle;
+        }
+        ended
     }
 
     /// The statements of one Query, in turn; `implicit`: each that starts outside a block

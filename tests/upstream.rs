@@ -2235,6 +2235,29 @@ async fn a_statement_parsed_after_a_schema_change_has_the_new_result_type() {
         replies.contains(&(b'D', Some("changed".into()))),
         "{replies:?}"
     );
+    // Found in review: a batch that continues an implicit transaction an earlier write left
+    // open (an INSERT sent with Flush, answered, no Sync yet) is not run again, since the
+    // error rolled back that INSERT too: the client learns it failed, never that it worked.
+    admin
+        .batch_execute("alter table d add column y int default 5")
+        .await
+        .unwrap();
+    let mut c = raw_login(&rw);
+    let mut m = Vec::new();
+    encode_parse(&mut m, "", "insert into d values ('unsynced')", &[]);
+    encode_bind(&mut m, "", "", &[], &[], &[]);
+    encode_execute(&mut m, "", 0);
+    encode_empty(&mut m, b'H');
+    let replies = raw_exchange_until(&mut c, &m, b'C', 1);
+    assert_eq!(replies.last(), Some(&(b'C', None)), "{replies:?}");
+    let replies = raw_exchange(&mut c, &node_query(true), 1);
+    let failed = replies.iter().any(|(tag, _)| *tag == b'E');
+    let kept: i64 = admin
+        .query_one("select count(*) from d where x = 'unsynced'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, i64::from(!failed), "{replies:?}");
 }
 
 /// Code stored upstream can drop the statements ringwire prepared on its connection (a

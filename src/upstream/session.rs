@@ -1363,6 +1363,8 @@ impl Session {
             .map(|_| self.statements.clone());
         self.replica_read = replica;
         self.flushed_mid_batch = false;
+        // Nothing of an earlier batch is in the implicit transaction this one runs in.
+        let unit_start = self.tx == b'I' && !self.unsynced && self.expect.is_empty();
         self.run_batch(frames, cancel, out, client).await?;
         if let Some((replica_down, why)) = self.retry_on_primary.take() {
             let i = replica.expect("only replica reads are retried");
@@ -1419,20 +1421,23 @@ impl Session {
             rerun?;
         }
         if std::mem::take(&mut self.rerun_refused)
+            && unit_start
             && self.tx == b'I'
             && self.expect.is_empty()
             && !self.unsynced
-            && self.server.is_some()
+            && matches!(self.server.as_ref().map(|s| &s.link), Some(Link::Own(_)))
             && one_unit_of_statements(frames)
         {
             // A Bind or Describe failed on an upstream statement prepared before a schema
             // change, for a client statement whose row description the client was never sent
             // (its Parse answered from a connection that had the statement, or parsed before
             // the change and never described): it now names a statement prepared afresh. The
-            // batch is one Sync's worth of extended-protocol messages and none of its Executes
-            // ran (the error rolled back its implicit transaction, and its replies so far are
-            // still here): it runs again, once, as if its Parse had come after the change, as
-            // it may have. Its Parses made statements the rerun parses again.
+            // batch is one Sync's worth of extended-protocol messages that began no later than
+            // its implicit transaction did (nothing a write before it left unsynced is in it),
+            // none of its Executes ran (the error rolled back its implicit transaction), and
+            // its replies so far are still here, on a connection of its own (not a pipe's):
+            // it runs again, once, as if its Parse had come after the change, as it may have.
+            // Its Parses made statements the rerun parses again.
             log::debug!("batch run again on a statement prepared after a schema change");
             out.truncate(out_start);
             for name in std::mem::take(&mut self.batch_parsed) {
@@ -3075,7 +3080,6 @@ impl Session {
         self.must_answer = self.expect.len();
     }
 
-    /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
     /// Before a Bind or Describe of `stmt`: whether its upstream statement was refused since
     /// it was prepared ([`ShardUpstream::refused`]), and so a schema change changed its result
     /// type (a copy of it made since, on another connection or again on one that lacked it,
@@ -3109,6 +3113,7 @@ impl Session {
         true
     }
 
+    /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
     fn ensure_prepared(&mut self, stmt: &Rc<ClientStatement>) {
         let server = self.server.as_ref().expect("held while translating");
         let present = match stmt.upstream.get() {
@@ -4070,7 +4075,6 @@ impl UnsyncedQuery {
     }
 }
 
-/// The batch has Parse or Close messages (which change the client's statement names).
 /// Whether `frames` are Parse, Bind, Describe and Execute messages closed by one Sync, its
 /// last: what a driver sends to run one statement (`Session::relay_part` may run such a
 /// batch again).
@@ -4087,6 +4091,7 @@ fn one_unit_of_statements(frames: &[u8]) -> bool {
     false
 }
 
+/// The batch has Parse or Close messages (which change the client's statement names).
 fn frames_name_statements(frames: &[u8]) -> bool {
     let mut rest = frames;
     while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
