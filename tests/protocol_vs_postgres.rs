@@ -242,6 +242,17 @@ fn cases() -> Vec<Case> {
         ),
         Case::new("a Terminate with a body terminates")
             .step(Script::new().raw(b"X\0\0\0\x07xyz"), Until::Close),
+        // Upstream mode names statements its own way upstream (`ringwire_N`); the server's
+        // error names the client's (found by a black-box hunt in session 25).
+        Case::new("a Bind with too few parameters names the client's statement").step(
+            Script::new()
+                .parse("mine", "select $1::int4 + 1", &[23])
+                .sync()
+                .bind("", "mine")
+                .execute("", 0)
+                .sync(),
+            Until::Ready(2),
+        ),
         Case::new("a malformed Bind of a statement that exists").step(
             Script::new()
                 .parse("s9", "select 9", &[])

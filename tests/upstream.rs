@@ -2260,6 +2260,67 @@ async fn a_statement_parsed_after_a_schema_change_has_the_new_result_type() {
     assert_eq!(kept, i64::from(!failed), "{replies:?}");
 }
 
+/// A statement made with SQL `PREPARE` runs through the extended protocol too, as libpq's
+/// `PQexecPrepared` and `PQdescribePrepared` run it: `PREPARE` pins the session, and Bind,
+/// Describe and Close of a name the client never parsed go to its connection as they are.
+/// Compared with PostgreSQL message for message. Before, each got 26000 from ringwire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_made_with_sql_prepare_runs_through_the_extended_protocol() {
+    use protocol::frontend::Target;
+    use protocol::frontend::{encode_bind, encode_close, encode_describe};
+    use protocol::frontend::{encode_empty, encode_execute, encode_query};
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let run = |m: &mut Vec<u8>, name: &str, arg: &[u8]| {
+        encode_bind(m, "", name, &[], &[Some(arg)], &[]);
+        encode_execute(m, "", 0);
+        encode_empty(m, b'S');
+    };
+    let flat = same_replies_as_postgres(&pg, &rw, |c| {
+        let mut steps = Vec::new();
+        let mut m = Vec::new();
+        encode_query(&mut m, "prepare byhand (int) as select $1 + 1");
+        steps.push(raw_exchange(c, &m, 1));
+        let mut m = Vec::new();
+        run(&mut m, "byhand", b"41");
+        steps.push(raw_exchange(c, &m, 1));
+        let mut m = Vec::new();
+        encode_describe(&mut m, Target::Statement, "byhand");
+        encode_empty(&mut m, b'S');
+        steps.push(raw_exchange(c, &m, 1));
+        // A name that exists nowhere: the server's own 26000.
+        let mut m = Vec::new();
+        run(&mut m, "nosuch", b"1");
+        steps.push(raw_exchange(c, &m, 1));
+        // Closed by the protocol, it is gone for SQL too, and may be prepared again.
+        let mut m = Vec::new();
+        encode_close(&mut m, Target::Statement, "byhand");
+        encode_empty(&mut m, b'S');
+        encode_query(&mut m, "execute byhand (1)");
+        encode_query(&mut m, "prepare byhand (int) as select $1 * 2");
+        steps.push(raw_exchange(c, &m, 3));
+        let mut m = Vec::new();
+        run(&mut m, "byhand", b"21");
+        steps.push(raw_exchange(c, &m, 1));
+        steps
+    });
+    assert!(flat.contains(&(b'D', Some("42".into()))), "{flat:?}");
+    assert_eq!(
+        flat.iter()
+            .filter(|m| m.1.as_deref() == Some("26000"))
+            .count(),
+        2,
+        "{flat:?}"
+    );
+    assert_eq!(flat.last(), Some(&(b'Z', None)), "{flat:?}");
+    assert!(flat.ends_with(&[
+        (b'2', None),
+        (b'D', Some("42".into())),
+        (b'C', None),
+        (b'Z', None)
+    ]));
+}
+
 /// Code stored upstream can drop the statements ringwire prepared on its connection (a
 /// function's `EXECUTE 'DEALLOCATE ALL'`). The next use of one there fails once, with
 /// PostgreSQL's 26000 and a detail that says why, and the connection is closed as it goes

@@ -2834,7 +2834,18 @@ impl Session {
             }
             FrontendMessage::Bind(bind) => {
                 let Some(stmt) = self.statements.get(bind.statement).cloned() else {
-                    self.push_local(Local::Error(no_statement(bind.statement)));
+                    if self.servers_name(bind.statement) {
+                        self.forget_portal_set(bind.portal);
+                        self.note_route(Route {
+                            read_only: false,
+                            writes: true,
+                            tx: TxControl::Unsure,
+                        });
+                        self.to_send.extend_from_slice(raw);
+                        self.push(Kind::Bind, true, Done::Nothing);
+                    } else {
+                        self.push_local(Local::Error(no_statement(bind.statement)));
+                    }
                     return Ok(());
                 };
                 if self.refused(&stmt) {
@@ -2887,7 +2898,12 @@ impl Session {
                 name,
             } => {
                 let Some(stmt) = self.statements.get(name).cloned() else {
-                    self.push_local(Local::Error(no_statement(name)));
+                    if self.servers_name(name) {
+                        self.to_send.extend_from_slice(raw);
+                        self.push(Kind::DescribeStatement, true, Done::Nothing);
+                    } else {
+                        self.push_local(Local::Error(no_statement(name)));
+                    }
                     return Ok(());
                 };
                 if self.refused(&stmt) {
@@ -2936,6 +2952,13 @@ impl Session {
                 target: Target::Statement,
                 name,
             } => {
+                if !self.statements.contains_key(name) && self.servers_name(name) {
+                    // (One the client made with SQL PREPARE, say: it goes as the server
+                    // knows it.)
+                    self.to_send.extend_from_slice(raw);
+                    self.push(Kind::Close, true, Done::Nothing);
+                    return Ok(());
+                }
                 // The upstream statement stays prepared for the shard's next client.
                 let closed = self.statements.remove_entry(name);
                 self.push_local(Local::CloseComplete(closed));
@@ -3078,6 +3101,28 @@ impl Session {
         }
         self.forget_unnamed_upstream();
         self.must_answer = self.expect.len();
+    }
+
+    /// Whether a statement name the client never made with a Parse is the server's to
+    /// answer for: in a pinned session, whose connection is its own, a name it made with SQL
+    /// `PREPARE` is one (libpq's `PQexecPrepared` runs those), and the server's 26000 for a
+    /// name that does not exist is PostgreSQL's own answer.
+    fn servers_name(&self, name: &str) -> bool {
+        self.pinned && !name.is_empty()
+    }
+
+    /// The server's error `raw` about upstream statement `id` (a Bind of the wrong number of
+    /// parameters names it) as PostgreSQL would word it to the client: under the client's
+    /// name for `stmt`, not ringwire's. None where it names no statement.
+    fn with_client_name(&self, raw: &[u8], id: u32, stmt: &Rc<ClientStatement>) -> Option<PgError> {
+        let upstream = format!("\"ringwire_{id}\"");
+        if !contains_ignore_case(raw, upstream.as_bytes()) {
+            return None;
+        }
+        let (name, _) = self.statements.iter().find(|(_, s)| Rc::ptr_eq(s, stmt))?;
+        let mut e = upstream_error(raw)?;
+        e.message = e.message.replace(&upstream, &format!("\"{name}\"")).into();
+        Some(e)
     }
 
     /// Before a Bind or Describe of `stmt`: whether its upstream statement was refused since
@@ -3660,6 +3705,11 @@ impl Session {
                         Some(e) => backend::write_error(out, &e.with_detail(detail)),
                         None => out.extend_from_slice(raw),
                     }
+                } else if let Some(e) = bound
+                    .as_ref()
+                    .and_then(|(id, stmt)| self.with_client_name(raw, *id, stmt))
+                {
+                    backend::write_error(out, &e);
                 } else {
                     out.extend_from_slice(raw);
                 }
