@@ -243,6 +243,23 @@ fn written_table(plan: &TablePlan) -> Option<crate::compute::TableId> {
     }
 }
 
+/// The command a plan that changes tables or the catalog runs, as PostgreSQL names it when a
+/// read-only transaction refuses it (25006); None for a read.
+fn write_command(plan: &TablePlan) -> Option<&'static str> {
+    Some(match plan {
+        TablePlan::Select(_) | TablePlan::CopyTo { .. } => return None,
+        TablePlan::Insert(_) => "INSERT",
+        TablePlan::Update(_) => "UPDATE",
+        TablePlan::Delete(_) => "DELETE",
+        TablePlan::Truncate { .. } => "TRUNCATE TABLE",
+        TablePlan::CopyFrom { .. } => "COPY FROM",
+        TablePlan::CreateTable { .. } => "CREATE TABLE",
+        TablePlan::CreateIndex { .. } => "CREATE INDEX",
+        TablePlan::DropTable { .. } => "DROP TABLE",
+        TablePlan::DropIndex { .. } => "DROP INDEX",
+    })
+}
+
 /// Whether a statement writes to tables (its implicit transaction must be able to roll back).
 fn writes(prepared: &Prepared) -> bool {
     match &prepared.plan {
@@ -1434,6 +1451,14 @@ impl Frontend {
                 SqlState::FEATURE_NOT_SUPPORTED,
                 "the ringwire.* relations are read-only",
             ));
+        }
+        if session.settings.read_only() {
+            if let Some(command) = write_command(plan) {
+                return Err(PgError::new(
+                    SqlState(*b"25006"),
+                    format!("cannot execute {command} in a read-only transaction"),
+                ));
+            }
         }
         self.begin_block(session, in_block);
         let (formats, mut encoded): (&[Format], Option<&mut Vec<u8>>) = match sink {

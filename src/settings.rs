@@ -64,8 +64,8 @@ pub enum Isolation {
     Serializable,
 }
 
-/// `transaction_isolation`'s session value when it follows `default_transaction_isolation`
-/// (never SET, or RESET).
+/// `transaction_isolation`'s (and `transaction_read_only`'s) session value when it follows
+/// its `default_` setting (never SET, or RESET).
 const FOLLOW_DEFAULT: &str = "";
 
 /// The catalog, sorted by name as `SHOW ALL` lists it.
@@ -242,7 +242,7 @@ const DEFS: &[Def] = &[
     },
     Def {
         name: "transaction_read_only",
-        default: "off",
+        default: FOLLOW_DEFAULT,
         report: false,
         kind: Kind::Bool,
         description: "Sets the current transaction's read-only status.",
@@ -268,6 +268,8 @@ pub struct Settings {
     text: TextContext,
     /// `transaction_isolation` as the engine reads it per statement (no string compare).
     isolation: Isolation,
+    /// `transaction_read_only`, likewise: writes fail with 25006.
+    read_only: bool,
     /// `statement_timeout` and `idle_in_transaction_session_timeout` in milliseconds, read by
     /// the connection before every statement (kept current in `after_change`).
     timeouts: shards::limits::Timeouts,
@@ -294,6 +296,7 @@ impl Settings {
             custom: BTreeMap::new(),
             text: TextContext::default(),
             isolation: Isolation::default(),
+            read_only: false,
             timeouts: shards::limits::Timeouts::default(),
             snapshot: None,
         }
@@ -313,6 +316,12 @@ impl Settings {
         self.isolation
     }
 
+    /// Whether the current statement runs in a read-only transaction (`BEGIN READ ONLY`,
+    /// `SET TRANSACTION READ ONLY`, `default_transaction_read_only`).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// `current_setting(name)` / `SHOW name`: None when the name is unknown.
     pub fn get(&self, name: &str) -> Option<&str> {
         match find(name) {
@@ -320,6 +329,9 @@ impl Settings {
                 let value = self.local.get(&i).unwrap_or(&self.values[i]);
                 if value == FOLLOW_DEFAULT && DEFS[i].name == "transaction_isolation" {
                     return self.get("default_transaction_isolation");
+                }
+                if value == FOLLOW_DEFAULT && DEFS[i].name == "transaction_read_only" {
+                    return self.get("default_transaction_read_only");
                 }
                 Some(value)
             }
@@ -416,6 +428,9 @@ impl Settings {
             } else {
                 self.timeouts.idle_in_transaction_ms = ms;
             }
+        }
+        if def.name.ends_with("transaction_read_only") {
+            self.read_only = self.get("transaction_read_only") == Some("on");
         }
         if def.name.ends_with("transaction_isolation") {
             self.isolation = match self.get("transaction_isolation") {
