@@ -211,6 +211,95 @@ async fn startup_parameters_apply_and_bad_ones_are_fatal() {
     assert_eq!(err.code(), Some(&SqlState::UNDEFINED_OBJECT), "{err}");
 }
 
+/// A startup packet that names a parameter twice gets the last value, as at PostgreSQL (here
+/// the user, the database and a setting; before, the first won). A replication connection
+/// (`replication=true` or `database`, as pg_basebackup and logical replication clients ask)
+/// is refused with one clear FATAL, where before it was served as a plain session, and an
+/// invalid value gets PostgreSQL's FATAL 22023. Each compared with PostgreSQL's own reply.
+#[tokio::test]
+async fn startup_packets_are_read_as_postgres_reads_them() {
+    use common::wire::{error_field, read_messages, simple_query, startup_message};
+    use tokio::io::AsyncWriteExt;
+    let pg = common::postgres::Postgres::start();
+    let rw = Ringwire::start(&[]);
+    let pg_addr = format!("127.0.0.1:{}", pg.port);
+    // The first reply to `params` on `addr`, then, if logged in, the row of `sql`.
+    async fn login(addr: &str, params: &[(&str, &str)], sql: &str) -> Result<String, String> {
+        let mut raw = tokio::net::TcpStream::connect(addr).await.unwrap();
+        raw.write_all(&startup_message(params)).await.unwrap();
+        let login = read_messages(&mut raw).await;
+        match login.last() {
+            Some((b'Z', _)) => {}
+            Some((b'E', body)) => {
+                return Err(format!(
+                    "{} {} {}",
+                    error_field(body, b'S'),
+                    error_field(body, b'C'),
+                    error_field(body, b'M')
+                ))
+            }
+            other => panic!("{other:?}"),
+        }
+        raw.write_all(&simple_query(sql)).await.unwrap();
+        let replies = read_messages(&mut raw).await;
+        let row = replies.iter().find(|m| m.0 == b'D').expect("a row");
+        Ok(String::from_utf8_lossy(&row.1[2..]).replace(|c: char| c.is_control(), "|"))
+    }
+    let twice = [
+        ("user", "nosuchuser"),
+        ("user", "postgres"),
+        ("database", "nosuchdb"),
+        ("database", "postgres"),
+        ("application_name", "first"),
+        ("application_name", "last"),
+    ];
+    let sql = "select current_user || ',' || current_database() || ',' || \
+               current_setting('application_name')";
+    let at_pg = login(&pg_addr, &twice, sql).await;
+    assert!(
+        at_pg
+            .as_ref()
+            .is_ok_and(|r| r.ends_with("postgres,postgres,last")),
+        "{at_pg:?}"
+    );
+    assert_eq!(login(&rw.addr(), &twice, sql).await, at_pg);
+    for (mode, fatal) in [
+        (
+            "true",
+            "FATAL 0A000 ringwire does not serve replication connections",
+        ),
+        (
+            "database",
+            "FATAL 0A000 ringwire does not serve replication connections",
+        ),
+        (
+            "ON",
+            "FATAL 0A000 ringwire does not serve replication connections",
+        ),
+        (
+            "xyz",
+            "FATAL 22023 invalid value for parameter \"replication\": \"xyz\"",
+        ),
+    ] {
+        let params = [("user", "postgres"), ("replication", mode)];
+        let got = login(&rw.addr(), &params, "select 1").await;
+        assert_eq!(got, Err(fatal.to_string()), "replication={mode}");
+        if mode == "xyz" {
+            assert_eq!(login(&pg_addr, &params, "select 1").await, got);
+        }
+    }
+    for mode in ["false", "off", "0", "n"] {
+        let params = [("user", "postgres"), ("replication", mode)];
+        let at_pg = login(&pg_addr, &params, "select 1").await;
+        assert!(at_pg.is_ok(), "{at_pg:?}");
+        assert_eq!(
+            login(&rw.addr(), &params, "select 1").await,
+            at_pg,
+            "replication={mode}"
+        );
+    }
+}
+
 /// The scheduling policy (`/proc` stat field 41) of each of `pid`'s threads named shard-*.
 fn shard_policies(pid: u32) -> Vec<(String, u32)> {
     let mut out = Vec::new();

@@ -54,8 +54,13 @@ impl<'a> StartupParams<'a> {
         })
     }
 
+    /// The value of parameter `name`: the last one given, as PostgreSQL reads a startup
+    /// packet that names a parameter twice.
     pub fn get(&self, name: &str) -> Option<&'a str> {
-        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+        self.iter()
+            .filter(|(n, _)| *n == name)
+            .last()
+            .map(|(_, v)| v)
     }
 }
 
