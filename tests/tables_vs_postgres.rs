@@ -94,6 +94,10 @@ const CORPUS: &[&str] = &[
     "set default_transaction_read_only = off",
     "show transaction_read_only -- off again",
     "select a, b from scratch2 where a = 111",
+    // An IN list of many constants over a column (a hash set since session 26).
+    "select a, a in (0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19, 111), a not in (0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19), b in ('v0','v1','v2','v3','v4','v5','v6','v7','v8','v9','v10','v11','v12','v13','v14','v15','v16','v17','v18','v19', 'read write') from scratch2",
+    "select count(*) from scratch2 where a not in (0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19, null)",
+    "select count(*) from scratch2 where a in (0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19, 111)",
     "insert into scratch2 default values",
     "insert into scratch2 (b) values ('given')",
     "select a, b, c from scratch2",
