@@ -235,142 +235,117 @@ async fn startup<E: Engine, S: AsyncRead + AsyncWrite + Unpin>(
     tls: tls::Negotiated,
     over_limit: bool,
 ) -> Result<Conn<E>, End> {
-    let (session, info) =
-        loop {
-            let (body_len, n) = loop {
-                match frontend::split_startup(rbuf.data()).map_err(End::Fatal)? {
-                    Some((body, n)) => break (body.len(), n),
-                    None => {
-                        if !rbuf.fill(stream, 8).await? {
-                            return Err(End::ClientClosed);
-                        }
+    let (session, info) = loop {
+        let (body_len, n) = loop {
+            match frontend::split_startup(rbuf.data()).map_err(End::Fatal)? {
+                Some((body, n)) => break (body.len(), n),
+                None => {
+                    if !rbuf.fill(stream, 8).await? {
+                        return Err(End::ClientClosed);
                     }
-                }
-            };
-            match StartupRequest::parse(&rbuf.data()[4..4 + body_len]).map_err(End::Fatal)? {
-                StartupRequest::SslRequest | StartupRequest::GssEncRequest => {
-                    // Encryption comes with TLS support; until then "N" means "go on in plaintext".
-                    // Bytes pipelined after the request, before our answer, would be a
-                    // buffer-stuffing attempt (CVE-2021-23214): refuse them.
-                    if rbuf.data().len() > n {
-                        return Err(End::Fatal(PgError::fatal(
-                            SqlState::PROTOCOL_VIOLATION,
-                            "received unencrypted data after SSL request",
-                        )));
-                    }
-                    rbuf.consume(n);
-                    stream.write_all(b"N").await?;
-                }
-                StartupRequest::Cancel {
-                    process_id,
-                    secret_key,
-                } => {
-                    shard.route_cancel(process_id, secret_key);
-                    return Err(End::CancelRequest);
-                }
-                StartupRequest::Startup { version, params } => {
-                    if over_limit {
-                        return Err(End::Fatal(PgError::fatal(
-                            SqlState::TOO_MANY_CONNECTIONS,
-                            "sorry, too many clients already",
-                        )));
-                    }
-                    let Some(user) = params.get("user").filter(|u| !u.is_empty()) else {
-                        return Err(End::Fatal(PgError::fatal(
-                            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-                            "no PostgreSQL user name specified in startup packet",
-                        )));
-                    };
-                    if let Some(mode) = params.get("replication") {
-                        match replication_mode(mode) {
-                            Some(false) => {}
-                            Some(true) => {
-                                return Err(End::Fatal(
-                                    PgError::fatal(
-                                        SqlState::FEATURE_NOT_SUPPORTED,
-                                        "ringwire does not serve replication connections",
-                                    )
-                                    .with_hint(
-                                        "Connect to the PostgreSQL server itself for replication.",
-                                    ),
-                                ))
-                            }
-                            None => return Err(End::Fatal(
-                                PgError::fatal(
-                                    SqlState(*b"22023"),
-                                    format!(
-                                        "invalid value for parameter \"replication\": \"{mode}\""
-                                    ),
-                                )
-                                .with_hint(
-                                    "Valid values are: \"false\", 0, \"true\", 1, \"database\".",
-                                ),
-                            )),
-                        }
-                    }
-                    let info = ConnInfo {
-                        user: user.to_string(),
-                        database: params
-                            .get("database")
-                            .filter(|d| !d.is_empty())
-                            .unwrap_or(user)
-                            .to_string(),
-                        process_id: shard.next_process_id(),
-                        shard_id: shard.id,
-                    };
-                    // We speak 3.0; a newer minor version or `_pq_.` options get
-                    // NegotiateProtocolVersion and the connection goes on in 3.0.
-                    let unrecognized: Vec<&str> = params
-                        .iter()
-                        .map(|(k, _)| k)
-                        .filter(|k| k.starts_with("_pq_."))
-                        .collect();
-                    if version & 0xffff != 0 || !unrecognized.is_empty() {
-                        backend::write_negotiate_protocol_version(
-                            out,
-                            frontend::PROTOCOL_3_0,
-                            unrecognized.into_iter(),
-                        );
-                    }
-                    let client = Client {
-                        user: &info.user,
-                        database: &info.database,
-                        peer,
-                        binding: tls.binding,
-                        client_cert: &tls.client_cert,
-                    };
-                    let credential = authenticate(shard, stream, rbuf, out, &client, n).await?;
-                    // The StartupMessage is still at the front of rbuf (authentication read past it
-                    // and dropped only its own message), so the session is built from it in place.
-                    let Ok(StartupRequest::Startup { params, .. }) =
-                        StartupRequest::parse(&rbuf.data()[4..4 + body_len])
-                    else {
-                        unreachable!("the startup packet was parsed above and is still buffered")
-                    };
-                    let start = SessionStart {
-                        user: &info.user,
-                        database: &info.database,
-                        params,
-                        process_id: info.process_id,
-                        shard_id: shard.id,
-                        credential: &credential,
-                    };
-                    let as_fatal = |e: PgError| {
-                        End::Fatal(PgError {
-                            severity: Severity::Fatal,
-                            ..e
-                        })
-                    };
-                    let mut session = shard.engine.open_session(&start).map_err(as_fatal)?;
-                    if let Err(e) = shard.engine.admit(&mut session).await {
-                        shard.engine.close_session(&mut session);
-                        return Err(as_fatal(e));
-                    }
-                    rbuf.consume(n);
-                    break (session, info);
                 }
             }
         };
+        match StartupRequest::parse(&rbuf.data()[4..4 + body_len]).map_err(End::Fatal)? {
+            StartupRequest::SslRequest | StartupRequest::GssEncRequest => {
+                // Encryption comes with TLS support; until then "N" means "go on in plaintext".
+                // Bytes pipelined after the request, before our answer, would be a
+                // buffer-stuffing attempt (CVE-2021-23214): refuse them.
+                if rbuf.data().len() > n {
+                    return Err(End::Fatal(PgError::fatal(
+                        SqlState::PROTOCOL_VIOLATION,
+                        "received unencrypted data after SSL request",
+                    )));
+                }
+                rbuf.consume(n);
+                stream.write_all(b"N").await?;
+            }
+            StartupRequest::Cancel {
+                process_id,
+                secret_key,
+            } => {
+                shard.route_cancel(process_id, secret_key);
+                return Err(End::CancelRequest);
+            }
+            StartupRequest::Startup { version, params } => {
+                if over_limit {
+                    return Err(End::Fatal(PgError::fatal(
+                        SqlState::TOO_MANY_CONNECTIONS,
+                        "sorry, too many clients already",
+                    )));
+                }
+                let Some(user) = params.get("user").filter(|u| !u.is_empty()) else {
+                    return Err(End::Fatal(PgError::fatal(
+                        SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                        "no PostgreSQL user name specified in startup packet",
+                    )));
+                };
+                if let Some(e) = params.get("replication").and_then(refuse_replication) {
+                    return Err(End::Fatal(e));
+                }
+                let info = ConnInfo {
+                    user: user.to_string(),
+                    database: params
+                        .get("database")
+                        .filter(|d| !d.is_empty())
+                        .unwrap_or(user)
+                        .to_string(),
+                    process_id: shard.next_process_id(),
+                    shard_id: shard.id,
+                };
+                // We speak 3.0; a newer minor version or `_pq_.` options get
+                // NegotiateProtocolVersion and the connection goes on in 3.0.
+                let unrecognized: Vec<&str> = params
+                    .iter()
+                    .map(|(k, _)| k)
+                    .filter(|k| k.starts_with("_pq_."))
+                    .collect();
+                if version & 0xffff != 0 || !unrecognized.is_empty() {
+                    backend::write_negotiate_protocol_version(
+                        out,
+                        frontend::PROTOCOL_3_0,
+                        unrecognized.into_iter(),
+                    );
+                }
+                let client = Client {
+                    user: &info.user,
+                    database: &info.database,
+                    peer,
+                    binding: tls.binding,
+                    client_cert: &tls.client_cert,
+                };
+                let credential = authenticate(shard, stream, rbuf, out, &client, n).await?;
+                // The StartupMessage is still at the front of rbuf (authentication read past it
+                // and dropped only its own message), so the session is built from it in place.
+                let Ok(StartupRequest::Startup { params, .. }) =
+                    StartupRequest::parse(&rbuf.data()[4..4 + body_len])
+                else {
+                    unreachable!("the startup packet was parsed above and is still buffered")
+                };
+                let start = SessionStart {
+                    user: &info.user,
+                    database: &info.database,
+                    params,
+                    process_id: info.process_id,
+                    shard_id: shard.id,
+                    credential: &credential,
+                };
+                let as_fatal = |e: PgError| {
+                    End::Fatal(PgError {
+                        severity: Severity::Fatal,
+                        ..e
+                    })
+                };
+                let mut session = shard.engine.open_session(&start).map_err(as_fatal)?;
+                if let Err(e) = shard.engine.admit(&mut session).await {
+                    shard.engine.close_session(&mut session);
+                    return Err(as_fatal(e));
+                }
+                rbuf.consume(n);
+                break (session, info);
+            }
+        }
+    };
     let cancel = Rc::new(CancelToken::default());
     let secret = shard.register_cancel(info.process_id, cancel.clone());
     backend::write_auth_ok(out);
@@ -986,6 +961,28 @@ pub(crate) async fn flush<S: AsyncWrite + Unpin>(
     r?;
     // Over TLS the last record may still sit in rustls; plaintext streams return at once.
     stream.flush().await
+}
+
+/// The FATAL for startup parameter `replication=mode`, None where it asks for a plain
+/// session: ringwire is no WAL sender, and a value PostgreSQL would not read gets its error.
+fn refuse_replication(mode: &str) -> Option<PgError> {
+    match replication_mode(mode) {
+        Some(false) => None,
+        Some(true) => Some(
+            PgError::fatal(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "ringwire does not serve replication connections",
+            )
+            .with_hint("Connect to the PostgreSQL server itself for replication."),
+        ),
+        None => Some(
+            PgError::fatal(
+                SqlState(*b"22023"),
+                format!("invalid value for parameter \"replication\": \"{mode}\""),
+            )
+            .with_hint("Valid values are: \"false\", 0, \"true\", 1, \"database\"."),
+        ),
+    }
 }
 
 /// The startup parameter `replication` as PostgreSQL reads it: a Boolean (any unique prefix
