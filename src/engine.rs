@@ -260,6 +260,32 @@ fn write_command(plan: &TablePlan) -> Option<&'static str> {
     })
 }
 
+/// 25006, as PostgreSQL refuses `command` in a read-only transaction.
+fn read_only_error(command: &str) -> PgError {
+    PgError::new(
+        SqlState(*b"25006"),
+        format!("cannot execute {command} in a read-only transaction"),
+    )
+}
+
+/// Whether a statement changes the catalog. DDL takes effect at once, in a block or not, and
+/// may not follow a write to its table in the same transaction (`Dispatcher::lock_for_ddl`):
+/// an implicit transaction commits what ran before it, so that `insert ...; create index ...`
+/// in one Query runs as it did before implicit transactions, each statement on its own.
+fn changes_catalog(prepared: &Prepared) -> bool {
+    match &prepared.plan {
+        Plan::AddConstraint { .. } => true,
+        Plan::Table(plan) => matches!(
+            **plan,
+            TablePlan::CreateTable { .. }
+                | TablePlan::CreateIndex { .. }
+                | TablePlan::DropTable { .. }
+                | TablePlan::DropIndex { .. }
+        ),
+        _ => false,
+    }
+}
+
 /// Whether a statement writes to tables (its implicit transaction must be able to roll back).
 fn writes(prepared: &Prepared) -> bool {
     match &prepared.plan {
@@ -1454,10 +1480,7 @@ impl Frontend {
         }
         if session.settings.read_only() {
             if let Some(command) = write_command(plan) {
-                return Err(PgError::new(
-                    SqlState(*b"25006"),
-                    format!("cannot execute {command} in a read-only transaction"),
-                ));
+                return Err(read_only_error(command));
             }
         }
         self.begin_block(session, in_block);
@@ -2091,6 +2114,9 @@ impl Frontend {
                 index,
                 primary,
             } => {
+                if session.settings.read_only() {
+                    return Err(read_only_error("ALTER TABLE"));
+                }
                 let tx = self.ddl_tx(session);
                 let request = Request::AddIndex {
                     tx,
@@ -2305,10 +2331,6 @@ impl Frontend {
             {
                 return Err(aborted());
             }
-            if implicit && *cx.tx == TransactionStatus::Idle {
-                *cx.tx = TransactionStatus::InBlock;
-                cx.session.implicit = true;
-            }
             let text = cx.session.settings.text_context();
             let prepared = Rc::new(self.prepare(Some(stmt), Vec::new(), sql, text, true)?);
             if !prepared.param_types.is_empty() {
@@ -2321,6 +2343,13 @@ impl Frontend {
                 self.plans
                     .borrow_mut()
                     .put_simple(sql, false, prepared.clone(), &text.time_zone);
+            }
+            if changes_catalog(&prepared) {
+                // (DDL runs on its own: `changes_catalog`.)
+                self.end_implicit(cx, false).await?;
+            } else if implicit && *cx.tx == TransactionStatus::Idle {
+                *cx.tx = TransactionStatus::InBlock;
+                cx.session.implicit = true;
             }
             self.run_simple(cx, &prepared, &[]).await?;
         }
@@ -2719,6 +2748,10 @@ impl Engine for Frontend {
                 write_select_tag(cx.out, &portal.statement.plan, 0);
             }
             return Ok(Execution::Complete);
+        }
+        if changes_catalog(&portal.statement) {
+            // (DDL runs on its own: `changes_catalog`.)
+            self.end_implicit(cx, false).await?;
         }
         if *cx.tx == TransactionStatus::Idle && !cx.sync_follows && writes(&portal.statement) {
             // A write with more of its batch to come before the Sync: as in PostgreSQL, what

@@ -64,8 +64,8 @@ pub enum Isolation {
     Serializable,
 }
 
-/// `transaction_isolation`'s (and `transaction_read_only`'s) session value when it follows
-/// its `default_` setting (never SET, or RESET).
+/// `transaction_isolation`'s session value when it follows `default_transaction_isolation`
+/// (never SET, or RESET).
 const FOLLOW_DEFAULT: &str = "";
 
 /// The catalog, sorted by name as `SHOW ALL` lists it.
@@ -242,7 +242,8 @@ const DEFS: &[Def] = &[
     },
     Def {
         name: "transaction_read_only",
-        default: FOLLOW_DEFAULT,
+        // (Never stored: see `Settings::read_only`.)
+        default: "off",
         report: false,
         kind: Kind::Bool,
         description: "Sets the current transaction's read-only status.",
@@ -268,8 +269,14 @@ pub struct Settings {
     text: TextContext,
     /// `transaction_isolation` as the engine reads it per statement (no string compare).
     isolation: Isolation,
-    /// `transaction_read_only`, likewise: writes fail with 25006.
+    /// `transaction_read_only`: writes fail with 25006. As in PostgreSQL it belongs to the
+    /// transaction: each starts with `default_read_only` (a change of the default inside a
+    /// transaction counts from the next), and only a block changes it for itself (`BEGIN
+    /// READ ONLY`, `SET TRANSACTION`, `SET transaction_read_only`; outside a block a SET of
+    /// it lasts no longer than its statement). Not kept in `values`, so RESET ALL and
+    /// DISCARD ALL never carry it.
     read_only: bool,
+    default_read_only: bool,
     /// `statement_timeout` and `idle_in_transaction_session_timeout` in milliseconds, read by
     /// the connection before every statement (kept current in `after_change`).
     timeouts: shards::limits::Timeouts,
@@ -297,6 +304,7 @@ impl Settings {
             text: TextContext::default(),
             isolation: Isolation::default(),
             read_only: false,
+            default_read_only: false,
             timeouts: shards::limits::Timeouts::default(),
             snapshot: None,
         }
@@ -330,8 +338,8 @@ impl Settings {
                 if value == FOLLOW_DEFAULT && DEFS[i].name == "transaction_isolation" {
                     return self.get("default_transaction_isolation");
                 }
-                if value == FOLLOW_DEFAULT && DEFS[i].name == "transaction_read_only" {
-                    return self.get("default_transaction_read_only");
+                if DEFS[i].name == "transaction_read_only" {
+                    return Some(if self.read_only { "on" } else { "off" });
                 }
                 Some(value)
             }
@@ -374,6 +382,16 @@ impl Settings {
                 format!("parameter \"{}\" cannot be changed", def.name),
             ));
         }
+        if def.name == "transaction_read_only" {
+            let on = match value {
+                None => self.default_read_only,
+                Some(v) => validate(def, v)? == "on",
+            };
+            if in_block {
+                self.read_only = on;
+            }
+            return Ok(());
+        }
         let canonical = match value {
             None => def.default.to_string(),
             Some(v) => validate(def, v)?,
@@ -389,6 +407,9 @@ impl Settings {
             self.values[i] = canonical;
         }
         self.after_change(i, before, reports);
+        if def.name == "default_transaction_read_only" && !in_block {
+            self.read_only = self.default_read_only;
+        }
         Ok(())
     }
 
@@ -429,8 +450,8 @@ impl Settings {
                 self.timeouts.idle_in_transaction_ms = ms;
             }
         }
-        if def.name.ends_with("transaction_read_only") {
-            self.read_only = self.get("transaction_read_only") == Some("on");
+        if def.name == "default_transaction_read_only" {
+            self.default_read_only = now == "on";
         }
         if def.name.ends_with("transaction_isolation") {
             self.isolation = match self.get("transaction_isolation") {
@@ -460,6 +481,7 @@ impl Settings {
         // The common case, after every query: nothing was set in this transaction.
         if self.local.is_empty() && (self.snapshot.is_none() || commit) {
             self.snapshot = None;
+            self.read_only = self.default_read_only;
             return;
         }
         let before: Vec<String> = (0..DEFS.len())
@@ -476,6 +498,7 @@ impl Settings {
         for (i, old) in before.into_iter().enumerate() {
             self.after_change(i, Some(old), reports);
         }
+        self.read_only = self.default_read_only;
     }
 
     /// Every setting, for `SHOW ALL`: (name, value, description).

@@ -300,6 +300,19 @@ fn cases() -> Vec<Case> {
                     .terminate(),
                 Until::Close,
             ),
+        // Found in review: a malformed Query ends the implicit transaction an unsynced
+        // write opened, rolled back, and the client is not left in a block.
+        Case::new("an extended batch a malformed Query ends is rolled back")
+            .query("create table xm (a int)")
+            .step(
+                Script::new()
+                    .parse("", "insert into xm values (1)", &[])
+                    .bind("", "")
+                    .execute("", 0)
+                    .query_bytes(b"select '\xc3\x28'")
+                    .query("select count(*) from xm; drop table xm"),
+                Until::Ready(2),
+            ),
         Case::new("an extended batch left before its Sync is not there")
             .query("select count(*) from xb where a = 10; drop table xb"),
         Case::new("unnamed Parse/Bind/Describe/Execute/Sync").step(Script::new().extended("select 1+1 as two, 'x'::text as t"), Until::Ready(1)),

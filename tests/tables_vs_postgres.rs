@@ -94,6 +94,22 @@ const CORPUS: &[&str] = &[
     "set default_transaction_read_only = off",
     "show transaction_read_only -- off again",
     "select a, b from scratch2 where a = 111",
+    // Found in review (session 26): transaction_read_only is the transaction's (a SET of it
+    // outside a block lasts one statement; a default changed in a block counts from the next
+    // transaction); ALTER TABLE is refused too; DDL after a write to its table in one Query.
+    "set transaction_read_only = on",
+    "insert into scratch2 values (112, 'not read only')",
+    "begin read only; set transaction_read_only = off; insert into scratch2 values (113, 'rw')",
+    "commit -- read write again",
+    "begin; set default_transaction_read_only = on; insert into scratch2 values (114, 'in')",
+    "commit -- default read only from now",
+    "show transaction_read_only -- the new default",
+    "set default_transaction_read_only to off",
+    "begin read only; alter table scratch2 add primary key (a)",
+    "rollback -- alter refused",
+    "insert into scratch2 values (115, 'then an index'); create index scratch2_a on scratch2 (a)",
+    "delete from scratch2 where a = 115; drop index scratch2_a",
+    "select a, b from scratch2 order by a -- after the read-only cases",
     // An IN list of many constants over a column (a hash set since session 26).
     "select a, a in (0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19, 111), a not in (0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19), b in ('v0','v1','v2','v3','v4','v5','v6','v7','v8','v9','v10','v11','v12','v13','v14','v15','v16','v17','v18','v19', 'read write') from scratch2",
     "select count(*) from scratch2 where a not in (0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19, null)",

@@ -2210,13 +2210,12 @@ async fn a_statement_parsed_after_a_schema_change_has_the_new_result_type() {
     let mut m = Vec::new();
     run(&mut m, "s");
     assert!(raw_exchange(&mut old, &m, 1).contains(&refused));
-    admin
-        .batch_execute(
-            "select pg_terminate_backend(pid) from pg_stat_activity \
-             where pid <> pg_backend_pid() and backend_type = 'client backend'",
-        )
+    let admin_pid: i32 = admin
+        .query_one("select pg_backend_pid()", &[])
         .await
-        .unwrap();
+        .unwrap()
+        .get(0);
+    end_client_backends(&pg, &[admin_pid]);
     for _ in 0..2 {
         let replies = raw_exchange(&mut old, &m, 1);
         assert!(replies.contains(&refused), "{replies:?}");
@@ -2321,6 +2320,147 @@ async fn a_statement_made_with_sql_prepare_runs_through_the_extended_protocol() 
     ]));
 }
 
+/// pgjdbc describes the portal of a statement's first named execution and reads later
+/// results, in binary, by that description. After a schema change its statement must fail
+/// with 0A000 as at PostgreSQL (pgjdbc then prepares it again), on the connection that has
+/// the old statement and on one opened since, and the error must roll back what ran before
+/// it in its transaction. Found by a black-box test in session 26: ringwire took the
+/// statement as never described, prepared it afresh and sent bigint bytes under pgjdbc's
+/// int4 description (a wrong value, no error). A client that describes the portal in the
+/// same batch it runs (node-postgres) gets the new type without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_portal_was_described_keeps_its_result_type() {
+    use protocol::frontend::{encode_bind, encode_describe, encode_empty, encode_execute};
+    use protocol::frontend::{encode_parse, encode_query, Target};
+    use protocol::Format;
+    let pg = Postgres::start();
+    let rw = start(&pg, "1", "1");
+    let pg_url = pg.connection_string();
+    let query = |c: &mut std::net::TcpStream, sql: &str| {
+        let mut m = Vec::new();
+        encode_query(&mut m, sql);
+        raw_exchange(c, &m, 1)
+    };
+    let binary = |m: &mut Vec<u8>, name: &str| {
+        encode_bind(m, "", name, &[], &[], &[Format::Binary]);
+    };
+    let flat = same_replies_as_postgres(&pg, &rw, |c| {
+        let through_rw = c.peer_addr().unwrap().port() == rw.port;
+        let psql = |sql: &str| {
+            let out = Command::new("psql")
+                .args([&pg_url, "-Atc", sql])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        };
+        psql("drop table if exists tj");
+        let mut steps = vec![query(
+            c,
+            "create table tj (x int, y int); insert into tj values (1, 2)",
+        )];
+        let mut m = Vec::new();
+        encode_parse(&mut m, "S_1", "select * from tj", &[]);
+        binary(&mut m, "S_1");
+        encode_describe(&mut m, Target::Portal, "");
+        encode_execute(&mut m, "", 0);
+        encode_empty(&mut m, b'S');
+        steps.push(raw_exchange(c, &m, 1));
+        let mut again = Vec::new();
+        binary(&mut again, "S_1");
+        encode_execute(&mut again, "", 0);
+        encode_empty(&mut again, b'S');
+        steps.push(raw_exchange(c, &again, 1));
+        steps.push(query(c, "alter table tj alter column x type bigint"));
+        steps.push(raw_exchange(c, &again, 1));
+        if through_rw {
+            // The pool's connection goes: the next one lacks the old statement.
+            end_client_backends(&pg, &[]);
+        }
+        steps.push(raw_exchange(c, &again, 1));
+        // What ran before the error in its transaction is rolled back.
+        let mut m = Vec::new();
+        encode_parse(&mut m, "", "insert into tj values (7, 7)", &[]);
+        encode_bind(&mut m, "", "", &[], &[], &[]);
+        encode_execute(&mut m, "", 0);
+        binary(&mut m, "S_1");
+        encode_execute(&mut m, "", 0);
+        encode_empty(&mut m, b'S');
+        steps.push(raw_exchange(c, &m, 1));
+        steps.push(query(c, "select count(*) from tj where x = 7"));
+        // A node-postgres-like client: its Bind, Describe portal and Execute in one batch.
+        let mut m = Vec::new();
+        encode_parse(&mut m, "q", "select x from tj", &[]);
+        encode_bind(&mut m, "", "q", &[], &[], &[]);
+        encode_describe(&mut m, Target::Portal, "");
+        encode_execute(&mut m, "", 0);
+        encode_empty(&mut m, b'S');
+        steps.push(raw_exchange(c, &m, 1));
+        steps
+    });
+    let refused = (b'E', Some("0A000".to_string()));
+    assert_eq!(
+        flat.iter().filter(|m| **m == refused).count(),
+        3,
+        "{flat:?}"
+    );
+    assert!(flat.contains(&(b'D', Some("0".into()))), "{flat:?}");
+    assert!(flat.contains(&(b'D', Some("1".into()))), "{flat:?}");
+}
+
+/// psycopg sends `DEALLOCATE ALL` after every rollback once it has prepared a statement. In
+/// a session that never pinned, it forgets the client's statements and pins nothing: another
+/// client gets the pool's one connection at once. Before, it pinned the session, and the
+/// other client waited until this one disconnected (53300 after the pool wait). The client's
+/// replies are PostgreSQL's: a statement it deallocated is gone (26000), and its name may be
+/// prepared again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deallocate_all_forgets_the_clients_statements_and_pins_nothing() {
+    use protocol::frontend::encode_query;
+    use protocol::frontend::{encode_bind, encode_empty, encode_execute, encode_parse};
+    let pg = Postgres::start();
+    let rw = start_with(&pg, "1", "1", &["--upstream-wait-timeout-secs", "3"]);
+    let run = |m: &mut Vec<u8>, name: &str| {
+        encode_bind(m, "", name, &[], &[], &[]);
+        encode_execute(m, "", 0);
+        encode_empty(m, b'S');
+    };
+    let other = std::cell::RefCell::new(raw_login(&rw));
+    other
+        .borrow()
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let flat = same_replies_as_postgres(&pg, &rw, |c| {
+        let mut steps = Vec::new();
+        let mut m = Vec::new();
+        encode_parse(&mut m, "_pg3_0", "select 10", &[]);
+        run(&mut m, "_pg3_0");
+        steps.push(raw_exchange(c, &m, 1));
+        for sql in ["BEGIN", "select 1", "ROLLBACK", "DEALLOCATE ALL"] {
+            let mut m = Vec::new();
+            encode_query(&mut m, sql);
+            steps.push(raw_exchange(c, &m, 1));
+        }
+        if c.peer_addr().unwrap().port() == rw.port {
+            // This client holds no connection now: the other gets the only one at once (a
+            // read that waits past its 2 s timeout fails the test).
+            let mut m = Vec::new();
+            encode_query(&mut m, "select 2");
+            let replies = raw_exchange(&mut other.borrow_mut(), &m, 1);
+            assert!(replies.contains(&(b'D', Some("2".into()))), "{replies:?}");
+        }
+        let mut m = Vec::new();
+        run(&mut m, "_pg3_0");
+        steps.push(raw_exchange(c, &m, 1));
+        let mut m = Vec::new();
+        encode_parse(&mut m, "_pg3_0", "select 20", &[]);
+        run(&mut m, "_pg3_0");
+        steps.push(raw_exchange(c, &m, 1));
+        steps
+    });
+    assert!(flat.contains(&(b'E', Some("26000".into()))), "{flat:?}");
+    assert!(flat.contains(&(b'D', Some("20".into()))), "{flat:?}");
+}
+
 /// Code stored upstream can drop the statements ringwire prepared on its connection (a
 /// function's `EXECUTE 'DEALLOCATE ALL'`). The next use of one there fails once, with
 /// PostgreSQL's 26000 and a detail that says why, and the connection is closed as it goes
@@ -2361,6 +2501,34 @@ async fn statements_code_upstream_deallocates_are_prepared_again() {
         assert_eq!(answer(&a, &sa).await.unwrap(), 42);
         assert_eq!(answer(&b, &sb).await.unwrap(), 42);
         assert_eq!(answer(&b, &later).await.unwrap(), 2);
+    }
+}
+
+/// Terminate every client backend of `pg` but those in `keep`, and wait until they are gone:
+/// each sent its FATAL before it exited, so ringwire sees an idle pooled connection of them
+/// dead before it would use it (without the wait, CI once ran a batch on one whose FATAL
+/// had not arrived yet: 08006).
+fn end_client_backends(pg: &Postgres, keep: &[i32]) {
+    let keep: Vec<String> = keep.iter().map(i32::to_string).collect();
+    let keep = if keep.is_empty() {
+        String::new()
+    } else {
+        format!("and pid not in ({})", keep.join(","))
+    };
+    let pids = pg.query_value(&format!(
+        "with victims as materialized (select pid from pg_stat_activity \
+           where pid <> pg_backend_pid() and backend_type = 'client backend' {keep}) \
+         select coalesce(string_agg(pid::text, ','), '') from victims \
+         where pg_terminate_backend(pid)"
+    ));
+    if pids.is_empty() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let left = format!("select count(*) from pg_stat_activity where pid in ({pids})");
+    while pg.query_value(&left) != "0" {
+        assert!(Instant::now() < deadline, "backends {pids} still there");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

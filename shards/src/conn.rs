@@ -509,14 +509,14 @@ impl<E: Engine> Conn<E> {
                     Err(e) if frame.tag == b'Q' && !self.skip_until_sync => {
                         // A malformed simple Query fails like any other simple Query: error,
                         // then ReadyForQuery. Only extended-protocol errors skip to Sync.
-                        self.fail_simple(&mut out, e);
+                        self.fail_cycle(&mut out, e).await;
                         Ok(Flow::Continue)
                     }
                     Err(e) if frame.tag == b'S' => {
                         // A Sync with a body is still a Sync, as PostgreSQL reads it: it ends
                         // any skip, and its error is followed by ReadyForQuery.
                         self.skip_until_sync = false;
-                        self.fail_simple(&mut out, e);
+                        self.fail_cycle(&mut out, e).await;
                         Ok(Flow::Continue)
                     }
                     // So is a Terminate with one: PostgreSQL never reads its body.
@@ -555,6 +555,10 @@ impl<E: Engine> Conn<E> {
             let want = frame_bytes_needed(rbuf.data()).unwrap_or(5);
             let idle_limit_ms = match self.tx {
                 TransactionStatus::Idle => 0,
+                // Mid-cycle (no ReadyForQuery sent since the client's last message), the
+                // client is not idle in a transaction, as PostgreSQL counts it: an implicit
+                // transaction the extended protocol keeps open until its Sync.
+                _ if self.cycle_open => 0,
                 _ => {
                     self.shard
                         .engine
@@ -719,6 +723,21 @@ impl<E: Engine> Conn<E> {
             Err(e) => self.fail_simple(out, e),
         }
         Ok(Flow::Continue)
+    }
+
+    /// [`Conn::fail_simple`] for an error that ends the cycle without the engine's Query or
+    /// Sync: the engine still ends an implicit transaction the extended protocol left open
+    /// (rolled back, as the error aborts it; [`Engine::sync`] after the block is marked
+    /// failed), so the client is not left in a block it never opened.
+    async fn fail_cycle(&mut self, out: &mut Vec<u8>, e: PgError) {
+        if self.tx == TransactionStatus::InBlock {
+            self.tx = TransactionStatus::Failed;
+        }
+        let shard = self.shard.clone();
+        if let Err(ended) = shard.engine.sync(&mut cx!(self, out)).await {
+            log::warn!("an implicit transaction failed to end: {}", ended.message);
+        }
+        self.fail_simple(out, e);
     }
 
     /// An error ending a simple-protocol cycle: report it, fail an open transaction block,
@@ -919,13 +938,11 @@ impl<E: Engine> Conn<E> {
             | FrontendMessage::CopyDone
             | FrontendMessage::CopyFail { .. } => {}
             FrontendMessage::FunctionCall => {
-                self.fail_simple(
-                    out,
-                    PgError::new(
-                        SqlState::FEATURE_NOT_SUPPORTED,
-                        "fast-path function calls are not supported",
-                    ),
+                let e = PgError::new(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "fast-path function calls are not supported",
                 );
+                self.fail_cycle(out, e).await;
             }
             FrontendMessage::Password { .. } => {
                 return Err(PgError::fatal(

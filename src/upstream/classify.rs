@@ -400,6 +400,34 @@ fn do_may_leave_state(stmt: &str) -> bool {
         .any(|w| WORDS.iter().any(|k| w.eq_ignore_ascii_case(k)))
 }
 
+/// Whether a Query is only `DEALLOCATE [PREPARE] ALL` (psycopg sends it after every
+/// rollback once it prepared a statement).
+pub fn deallocates_all(sql: &str) -> bool {
+    let start = sql.trim_start_matches(|c: char| c == ';' || c.is_whitespace());
+    if words(start, 1).first().map(String::as_str) != Some("deallocate") || sql.contains('"') {
+        return false;
+    }
+    let parts: Vec<&str> = statements(sql)
+        .into_iter()
+        .filter(|s| !s.trim().is_empty())
+        .collect();
+    let [stmt] = parts.as_slice() else {
+        return false;
+    };
+    if !stmt
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c.is_whitespace())
+    {
+        return false;
+    }
+    let w = words(stmt, 4);
+    let w: Vec<&str> = w.iter().map(String::as_str).collect();
+    matches!(
+        w.as_slice(),
+        ["deallocate", "all"] | ["deallocate", "prepare", "all"]
+    )
+}
+
 /// The statement a Query that is only `DEALLOCATE [PREPARE] name` deallocates (lower-cased
 /// unless double-quoted). None for anything else, `DEALLOCATE ALL` included, and for text this
 /// cheap scan cannot vouch for (the server then sees it).
@@ -2088,6 +2116,11 @@ mod tests {
         assert_eq!(deallocated("DEALLOCATE PREPARE ALL"), None);
         assert_eq!(deallocated("DEALLOCATE a; select 1"), None);
         assert_eq!(deallocated("DEALLOCATE a + 1"), None);
+        assert!(deallocates_all("DEALLOCATE ALL"));
+        assert!(deallocates_all(" deallocate prepare all ;"));
+        assert!(!deallocates_all("DEALLOCATE \"all\""));
+        assert!(!deallocates_all("DEALLOCATE ALL; select 1"));
+        assert!(!deallocates_all("DEALLOCATE s1"));
         assert_eq!(deallocated("DEALLOCATE a b"), None);
         assert_eq!(deallocated("select 1"), None);
     }

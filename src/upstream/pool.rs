@@ -1270,6 +1270,11 @@ impl ShardUpstream {
         self.refused.borrow_mut().insert(id);
     }
 
+    /// Whether a server refused any statement of this shard since it started.
+    pub fn any_refused(&self) -> bool {
+        !self.refused.borrow().is_empty()
+    }
+
     /// A server refused upstream statement `id` since it was prepared: a schema change
     /// changed its result type, so copies of it on different connections may differ.
     pub fn refused(&self, id: u32) -> bool {

@@ -51,9 +51,10 @@ use shards::engine::{no_statement, CancelToken, SessionStart};
 
 use super::classify::{
     autocommit_shape, begin_modes, classify, combine_shapes, contains_ignore_case, deallocated,
-    movable_in_transaction, read_only, reads_sequence_state, route, runs_user_code, sets_identity,
-    setting_value, startup_changes_lexing, startup_creates_temp_objects, takes_snapshot, tx_end,
-    Isolation, QueryEnd, Route, SetChange, TxControl, TxEnd,
+    deallocates_all, movable_in_transaction, read_only, reads_sequence_state, route,
+    runs_user_code, sets_identity, setting_value, startup_changes_lexing,
+    startup_creates_temp_objects, takes_snapshot, tx_end, Isolation, QueryEnd, Route, SetChange,
+    TxControl, TxEnd,
 };
 use super::client::{simple_values, LoginError, ReplyBuf};
 use super::pipe::Lease;
@@ -137,8 +138,10 @@ pub struct ClientStatement {
     /// every statement so): pending once an Execute of it completes, as a Query's SET is
     /// (`Session::portal_sets`).
     set: Option<SetChange>,
-    /// The client was sent its row description (a Describe of the statement answered): it
-    /// holds that result type from then on, as it would at PostgreSQL (`Session::refused`).
+    /// The client was sent its row description (a Describe of the statement, or of a portal
+    /// bound from it in the same batch, answered): it may hold that result type from then on,
+    /// as at PostgreSQL (pgjdbc describes the portal of its first named execution and then
+    /// reads later results by that description; `Session::refused`).
     described: Cell<bool>,
 }
 
@@ -307,6 +310,13 @@ enum Done {
     /// it: `Session::refused`; 26000 closes the connection as it goes back:
     /// `ConnStatements::lost`).
     Bound(u32, Rc<ClientStatement>),
+    /// A Describe of a portal bound from this client statement earlier in the batch: its
+    /// answer marks the statement described.
+    PortalOf(Rc<ClientStatement>),
+    /// Bind or Describe of a refused upstream statement on a connection that lacks it
+    /// (`Session::refused`): the server's error (26000) aborts its transaction as PostgreSQL's
+    /// 0A000 would, and reaches the client as that 0A000.
+    Refused,
     /// The settings replay finished: the connection has the session's settings.
     Settings(u64),
     /// One statement of the settings replay before its last (see `queue_settings_replay`),
@@ -484,6 +494,14 @@ pub struct Session {
     retry_on_primary: Option<(bool, String)>,
     /// Names of the client statements this batch's Parses made, undone if it runs again.
     batch_parsed: Vec<Box<str>>,
+    /// Portals this batch bound from client statements, by name.
+    batch_binds: Vec<(Box<str>, Rc<ClientStatement>)>,
+    /// Client statements a portal of which this batch describes after binding it: their
+    /// client reads this batch's results by the description it gets in it.
+    batch_described: Vec<Rc<ClientStatement>>,
+    /// With statements refused on this shard: the names of the client statements this batch
+    /// binds and then describes the portal of (`self_described`), read before translating.
+    self_described_names: Vec<Box<str>>,
     /// An Execute or Query of this batch was answered.
     batch_ran: bool,
     /// A Bind or Describe of this batch failed on an upstream statement the server refused
@@ -830,6 +848,9 @@ impl Session {
             flushed_mid_batch: false,
             retry_on_primary: None,
             batch_parsed: Vec::new(),
+            batch_binds: Vec::new(),
+            batch_described: Vec::new(),
+            self_described_names: Vec::new(),
             batch_ran: false,
             rerun_refused: false,
             begin_again: None,
@@ -1001,10 +1022,14 @@ impl Session {
                 .map(|k| self.startup_sets[k].0.as_str());
             match (answer, name) {
                 (Ok(shown), Some(name)) => {
-                    // `set_config` returns the value as the server shows it.
+                    // `set_config` returns the value as the server shows it. (A parameter
+                    // given twice: its last value, answered last, is what the session has.)
                     if let (Some(shown), false) = (shown, is_transaction_characteristic(name)) {
-                        if let Some((_, v)) =
-                            self.startup_values.iter_mut().find(|(n, _)| n == name)
+                        if let Some((_, v)) = self
+                            .startup_values
+                            .iter_mut()
+                            .rev()
+                            .find(|(n, _)| n == name)
                         {
                             *v = shown;
                         }
@@ -1182,10 +1207,12 @@ fn news(shown: &mut Vec<(Box<str>, Box<str>)>, raw: &[u8]) -> bool {
 impl Session {
     /// A startup parameter's value for the ParameterStatus the client is shown (see
     /// `startup_values`).
+    /// The value the client's startup gave `name`: the last, as PostgreSQL takes it.
     fn startup_value(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.startup_values
             .iter()
+            .rev()
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.as_str())
     }
@@ -1439,7 +1466,11 @@ impl Session {
             // it runs again, once, as if its Parse had come after the change, as it may have.
             // Its Parses made statements the rerun parses again.
             log::debug!("batch run again on a statement prepared after a schema change");
+            // What came unasked meanwhile (notifications, parameter changes, notices) is
+            // not sent again: it stays.
+            let unasked = unasked_messages(&out[out_start..]);
             out.truncate(out_start);
+            out.extend_from_slice(&unasked);
             for name in std::mem::take(&mut self.batch_parsed) {
                 self.statements.remove(&name);
             }
@@ -2457,6 +2488,12 @@ impl Session {
     ) -> Result<(), PgError> {
         self.to_send.clear();
         self.batch_parsed.clear();
+        self.batch_binds.clear();
+        self.batch_described.clear();
+        self.self_described_names.clear();
+        if self.shard.any_refused() {
+            self.self_described_names = self_described(frames);
+        }
         self.batch_ran = false;
         self.rerun_refused = false;
         self.predicted_open = self.tx != b'I';
@@ -2698,6 +2735,25 @@ impl Session {
         };
         match msg {
             FrontendMessage::Query { sql } => {
+                if !self.pinned && self.tx != b'E' && deallocates_all(sql) {
+                    // SQL DEALLOCATE ALL in a session that never pinned: its statements are
+                    // all protocol-level ones (SQL PREPARE pins), known upstream only under
+                    // ringwire's shared names, which stay for the shard's other clients. The
+                    // client's are forgotten here, and nothing pins (psycopg sends this after
+                    // every rollback once it prepared: pinned, each such client held an upstream
+                    // connection until it disconnected).
+                    if was_unsynced {
+                        frontend::encode_query(&mut self.to_send, "");
+                        self.push(Kind::Query, false, Done::Replayed);
+                    }
+                    self.statements.clear();
+                    if let Some(s) = self.server.as_ref() {
+                        s.statements.set_unnamed(None);
+                    }
+                    self.push_local(Local::Command("DEALLOCATE ALL"));
+                    self.must_answer = self.expect.len();
+                    return Ok(());
+                }
                 if let Some(name) = deallocated(sql)
                     .filter(|n| self.tx != b'E' && self.statements.contains_key(n.as_str()))
                 {
@@ -2848,10 +2904,12 @@ impl Session {
                     }
                     return Ok(());
                 };
-                if self.refused(&stmt) {
-                    return Ok(());
+                let refused = self.refused(&stmt, bind.statement);
+                if !refused {
+                    self.ensure_prepared(&stmt);
                 }
-                self.ensure_prepared(&stmt);
+                self.batch_binds.retain(|(p, _)| **p != *bind.portal);
+                self.batch_binds.push((bind.portal.into(), stmt.clone()));
                 self.ran_user_code |= stmt.user_code;
                 self.untidied |= stmt.user_code;
                 // (A SET after it in the block pins the session: `note_effects`.)
@@ -2887,10 +2945,11 @@ impl Session {
                 put_cstr(&mut self.to_send, &stmt.upstream_name());
                 self.to_send.extend_from_slice(&body[stmt_end..]);
                 protocol::wire::finish_message(&mut self.to_send, start);
-                let done = stmt
-                    .upstream
-                    .get()
-                    .map_or(Done::Nothing, |id| Done::Bound(id, stmt.clone()));
+                let done = match stmt.upstream.get() {
+                    _ if refused => Done::Refused,
+                    Some(id) => Done::Bound(id, stmt.clone()),
+                    None => Done::Nothing,
+                };
                 self.push(Kind::Bind, true, done);
             }
             FrontendMessage::Describe {
@@ -2906,27 +2965,36 @@ impl Session {
                     }
                     return Ok(());
                 };
-                if self.refused(&stmt) {
-                    return Ok(());
+                let refused = self.refused(&stmt, name);
+                if !refused {
+                    self.ensure_prepared(&stmt);
                 }
-                self.ensure_prepared(&stmt);
                 frontend::encode_describe(
                     &mut self.to_send,
                     Target::Statement,
                     &stmt.upstream_name(),
                 );
-                let done = stmt
-                    .upstream
-                    .get()
-                    .map_or(Done::Nothing, |id| Done::Bound(id, stmt));
+                let done = match stmt.upstream.get() {
+                    _ if refused => Done::Refused,
+                    Some(id) => Done::Bound(id, stmt),
+                    None => Done::Nothing,
+                };
                 self.push(Kind::DescribeStatement, true, done);
             }
             FrontendMessage::Describe {
                 target: Target::Portal,
-                ..
+                name,
             } => {
                 self.to_send.extend_from_slice(raw);
-                self.push(Kind::DescribePortal, true, Done::Nothing);
+                let bound = self.batch_binds.iter().find(|(p, _)| **p == *name);
+                let done = match bound {
+                    Some((_, stmt)) => {
+                        self.batch_described.push(stmt.clone());
+                        Done::PortalOf(stmt.clone())
+                    }
+                    None => Done::Nothing,
+                };
+                self.push(Kind::DescribePortal, true, done);
             }
             FrontendMessage::Execute { portal, .. } => {
                 let set = self
@@ -3128,34 +3196,30 @@ impl Session {
     /// Before a Bind or Describe of `stmt`: whether its upstream statement was refused since
     /// it was prepared ([`ShardUpstream::refused`]), and so a schema change changed its result
     /// type (a copy of it made since, on another connection or again on one that lacked it,
-    /// has the new type). A statement whose row description its client was never sent takes
-    /// the statement its text is prepared as now: nothing the client holds says otherwise
-    /// (node-postgres and libpq's `PQexecPrepared` describe the portal at each execution).
-    /// One whose row description the client holds fails here with PostgreSQL's 0A000, as its
-    /// own would, on a connection that lacks the refused statement: made again there it would
-    /// return rows of the new type under the old description. (Where the connection has it,
-    /// the server answers.) Returns whether it was answered here.
-    fn refused(&mut self, stmt: &ClientStatement) -> bool {
+    /// has the new type). A statement whose row description its client was never sent, or
+    /// whose portal this batch describes before it runs it (node-postgres and libpq's
+    /// `PQexecPrepared` do so at each execution), takes the statement its text is prepared
+    /// as now: nothing the client reads these results by says otherwise.
+    /// One whose row description the client holds fails with PostgreSQL's 0A000, as its own
+    /// would, on a connection that lacks the refused statement: made again there it would
+    /// return rows of the new type under the old description. The message goes under the
+    /// refused name all the same, so that the server's error (26000, made 0A000 for the
+    /// client: [`Done::Refused`]) aborts its transaction as PostgreSQL's 0A000 does. (Where
+    /// the connection has it, the server answers.) Returns whether it goes so, unprepared.
+    fn refused(&mut self, stmt: &ClientStatement, name: &str) -> bool {
         let Some(id) = stmt.upstream.get() else {
             return false;
         };
         if !self.shard.refused(id) {
             return false;
         }
-        if !stmt.described.get() {
+        if !stmt.described.get() || self.self_described_names.iter().any(|n| **n == *name) {
             stmt.upstream
                 .set(Some(self.shard.statement_id(&stmt.key())));
             return false;
         }
         let server = self.server.as_ref().expect("held while translating");
-        if server.statements.has(id, self.id) {
-            return false;
-        }
-        self.push_local(Local::Error(PgError::new(
-            SqlState::FEATURE_NOT_SUPPORTED,
-            "cached plan must not change result type",
-        )));
-        true
+        !server.statements.has(id, self.id)
     }
 
     /// Parse `stmt` on the held connection first if it lacks it; the reply is swallowed.
@@ -3693,7 +3757,22 @@ impl Session {
                     }) => Some((*id, stmt.clone())),
                     _ => None,
                 };
-                if code.as_deref() == Some("26000") && bound.is_some() {
+                let refused_here = matches!(
+                    self.expect.front(),
+                    Some(Expect::Server {
+                        done: Done::Refused,
+                        ..
+                    })
+                );
+                if refused_here {
+                    backend::write_error(
+                        out,
+                        &PgError::new(
+                            SqlState::FEATURE_NOT_SUPPORTED,
+                            "cached plan must not change result type",
+                        ),
+                    );
+                } else if code.as_deref() == Some("26000") && bound.is_some() {
                     // A statement ringwire had prepared on this connection is gone: code run
                     // there dropped it (a function's `EXECUTE 'DEALLOCATE ALL'`; ringwire's
                     // own Queries never do). The connection is closed as it goes back.
@@ -3714,7 +3793,12 @@ impl Session {
                     out.extend_from_slice(raw);
                 }
                 self.tx_rolled_back = true;
-                if let (Some("0A000"), Some((id, stmt))) = (code.as_deref(), bound) {
+                // (Its routine tells it from other 0A000s whatever the server's language.)
+                let plan_changed = error_field(body, b'R')
+                    .is_none_or(|routine| routine == "RevalidateCachedQuery");
+                if let (Some("0A000"), Some((id, stmt)), true) =
+                    (code.as_deref(), bound, plan_changed)
+                {
                     // "cached plan must not change result type": the next Parse of this text
                     // (by any client of the shard) prepares a new upstream statement. A
                     // client statement whose row description its client holds keeps failing,
@@ -3722,7 +3806,8 @@ impl Session {
                     // statement now, and where nothing of the batch ran or reached the client
                     // yet, the batch runs again without this error (`relay_part`).
                     self.shard.forget_statement(id);
-                    if !stmt.described.get() {
+                    let self_described = self.batch_described.iter().any(|s| Rc::ptr_eq(s, &stmt));
+                    if !stmt.described.get() || self_described {
                         stmt.upstream
                             .set(Some(self.shard.statement_id(&stmt.key())));
                         self.rerun_refused = !self.batch_ran
@@ -3814,6 +3899,9 @@ impl Session {
                     stmt.described.set(true);
                 }
             }
+            Done::PortalOf(stmt) => stmt.described.set(true),
+            // (The server had it after all: it answered.)
+            Done::Refused => {}
             Done::Nothing
             | Done::CopyFed(_)
             | Done::Unnamed(_)
@@ -4123,6 +4211,47 @@ impl UnsyncedQuery {
         }
         false
     }
+}
+
+/// The NotificationResponse, ParameterStatus and NoticeResponse messages among the backend
+/// messages `replies`, in order.
+fn unasked_messages(replies: &[u8]) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut rest = replies;
+    while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+        if matches!(frame.tag, b'A' | b'S' | b'N') {
+            kept.extend_from_slice(&rest[..len]);
+        }
+        rest = &rest[len..];
+    }
+    kept
+}
+
+/// The statements `frames` bind and then describe the portal of, by name (see
+/// `Session::self_described_names`).
+fn self_described(frames: &[u8]) -> Vec<Box<str>> {
+    let mut bound: Vec<(&str, &str)> = Vec::new();
+    let mut names: Vec<Box<str>> = Vec::new();
+    let mut rest = frames;
+    while let Ok(Some((frame, len))) = split_frame(rest, usize::MAX) {
+        rest = &rest[len..];
+        match FrontendMessage::parse(frame) {
+            Ok(FrontendMessage::Bind(bind)) => {
+                bound.retain(|(p, _)| *p != bind.portal);
+                bound.push((bind.portal, bind.statement));
+            }
+            Ok(FrontendMessage::Describe {
+                target: Target::Portal,
+                name,
+            }) => {
+                if let Some((_, stmt)) = bound.iter().find(|(p, _)| *p == name) {
+                    names.push((*stmt).into());
+                }
+            }
+            _ => {}
+        }
+    }
+    names
 }
 
 /// Whether `frames` are Parse, Bind, Describe and Execute messages closed by one Sync, its
