@@ -403,35 +403,35 @@ fn do_may_leave_state(stmt: &str) -> bool {
 /// Whether a Query is only `DEALLOCATE [PREPARE] ALL` (psycopg sends it after every
 /// rollback once it prepared a statement).
 pub fn deallocates_all(sql: &str) -> bool {
-    let start = sql.trim_start_matches(|c: char| c == ';' || c.is_whitespace());
-    if words(start, 1).first().map(String::as_str) != Some("deallocate") || sql.contains('"') {
-        return false;
-    }
-    let parts: Vec<&str> = statements(sql)
-        .into_iter()
-        .filter(|s| !s.trim().is_empty())
-        .collect();
-    let [stmt] = parts.as_slice() else {
-        return false;
-    };
-    if !stmt
-        .chars()
-        .all(|c| c.is_alphanumeric() || c == '_' || c.is_whitespace())
-    {
-        return false;
-    }
-    let w = words(stmt, 4);
-    let w: Vec<&str> = w.iter().map(String::as_str).collect();
-    matches!(
-        w.as_slice(),
-        ["deallocate", "all"] | ["deallocate", "prepare", "all"]
-    )
+    !sql.contains('"')
+        && sole_deallocate(sql).is_some_and(|(_, w)| {
+            let w: Vec<&str> = w.iter().map(String::as_str).collect();
+            matches!(
+                w.as_slice(),
+                ["deallocate", "all"] | ["deallocate", "prepare", "all"]
+            )
+        })
 }
 
 /// The statement a Query that is only `DEALLOCATE [PREPARE] name` deallocates (lower-cased
 /// unless double-quoted). None for anything else, `DEALLOCATE ALL` included, and for text this
 /// cheap scan cannot vouch for (the server then sees it).
 pub fn deallocated(sql: &str) -> Option<String> {
+    let (stmt, w) = sole_deallocate(sql)?;
+    let w: Vec<&str> = w.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        ["deallocate", "prepare", name] | ["deallocate", name]
+            if (stmt.contains('"') || *name != "all") && *name != "prepare" =>
+        {
+            Some(name.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// A Query that is one `DEALLOCATE` statement of plain words (letters, digits, `_`, double
+/// quotes): that statement and its first words, as [`words`] reads them.
+fn sole_deallocate(sql: &str) -> Option<(&str, Vec<String>)> {
     // (Blank statements before it are not statements: `; DEALLOCATE s` is one.)
     let start = sql.trim_start_matches(|c: char| c == ';' || c.is_whitespace());
     if words(start, 1).first().map(String::as_str) != Some("deallocate") {
@@ -447,19 +447,7 @@ pub fn deallocated(sql: &str) -> Option<String> {
     let plain = stmt
         .chars()
         .all(|c| c.is_alphanumeric() || c == '_' || c == '"' || c.is_whitespace());
-    if !plain {
-        return None;
-    }
-    let w = words(stmt, 4);
-    let w: Vec<&str> = w.iter().map(String::as_str).collect();
-    match w.as_slice() {
-        ["deallocate", "prepare", name] | ["deallocate", name]
-            if (stmt.contains('"') || *name != "all") && *name != "prepare" =>
-        {
-            Some(name.to_string())
-        }
-        _ => None,
-    }
+    plain.then(|| (*stmt, words(stmt, 4)))
 }
 
 pub fn classify(sql: &str) -> Effects {

@@ -1391,7 +1391,7 @@ impl Session {
         self.replica_read = replica;
         self.flushed_mid_batch = false;
         // Nothing of an earlier batch is in the implicit transaction this one runs in.
-        let unit_start = self.tx == b'I' && !self.unsynced && self.expect.is_empty();
+        let unit_start = self.at_unit_start();
         self.run_batch(frames, cancel, out, client).await?;
         if let Some((replica_down, why)) = self.retry_on_primary.take() {
             let i = replica.expect("only replica reads are retried");
@@ -1449,9 +1449,7 @@ impl Session {
         }
         if std::mem::take(&mut self.rerun_refused)
             && unit_start
-            && self.tx == b'I'
-            && self.expect.is_empty()
-            && !self.unsynced
+            && self.at_unit_start()
             && matches!(self.server.as_ref().map(|s| &s.link), Some(Link::Own(_)))
             && one_unit_of_statements(frames)
         {
@@ -2506,7 +2504,7 @@ impl Session {
             .server
             .as_ref()
             .is_some_and(|s| s.settings == self.settings);
-        let unit_start = self.expect.is_empty() && self.tx == b'I' && !self.unsynced;
+        let unit_start = self.at_unit_start();
         let begin_again = self.begin_again.take();
         if !settings_match && (unit_start || begin_again.is_some()) {
             self.queue_settings_replay();
@@ -3191,6 +3189,12 @@ impl Session {
         let mut e = upstream_error(raw)?;
         e.message = e.message.replace(&upstream, &format!("\"{name}\"")).into();
         Some(e)
+    }
+
+    /// Nothing of an earlier batch is pending: the session is idle, every reply is in, and no
+    /// extended-protocol message waits for a Sync. A batch starting here starts a unit.
+    fn at_unit_start(&self) -> bool {
+        self.tx == b'I' && !self.unsynced && self.expect.is_empty()
     }
 
     /// Before a Bind or Describe of `stmt`: whether its upstream statement was refused since
